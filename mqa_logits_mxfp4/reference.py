@@ -97,7 +97,7 @@ def mqa_logits_reference(q, q_scale, kv_cache, kv_scale, weights, block_tables, 
     fp32 = torch.zeros(live_rows, max_seq_len, dtype=torch.float32, device=device)
 
     # The float64 [rows, blocks, heads, keys] tensors dominate a tile's memory.
-    cells = max(1, chunk_bytes // (8 * (6 * heads * nblk + 4 * head_dim)))
+    cells = max(1, chunk_bytes // (8 * (10 * heads * nblk + 4 * head_dim)))
     key_chunk = max(1, min(max_seq_len, max(256, cells // 16), cells))
     row_chunk = max(1, cells // key_chunk)
     w64_all = weights[:live_rows].to(device=device, dtype=torch.float64)
