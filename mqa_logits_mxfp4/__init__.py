@@ -1,0 +1,38 @@
+"""mqa_logits_mxfp4: DeepSeek-V4/V4.1 indexer logits over an MXFP4 paged KV cache.
+
+    cfg = mqa_logits_mxfp4_config(device, heads=64, page_size=64, max_rows=..., max_seqs=...,
+                                  max_qlen=1, max_seq_len=...)
+    out = mqa_logits_mxfp4(q, q_scale, kv_cache, kv_scale, weights, block_tables,
+                           query_start_loc, row_ends, cfg=cfg)
+"""
+
+from .dispatch.api import mqa_logits_mxfp4
+from .dispatch.config import MqaLogitsConfig, mqa_logits_mxfp4_config
+from .dispatch.errors import (CaptureError, InputError, MqaLogitsError, NoBackendError,
+                              PinnedBackendError, ScheduleError, UnknownBackendError)
+from .dispatch.schedule import MqaLogitsSchedule, mqa_logits_mxfp4_schedule
+from .formats import dequantize_mxfp4, quantize_mxfp4
+
+__version__ = "0.1.0"
+
+
+def reload() -> None:
+    """Re-read MQA_LOGITS_MXFP4_* and drop every cache built from them."""
+    from .dispatch import config, env, select, table
+    env.settings.cache_clear()
+    config.clear_cache()
+    table.clear_cache()
+    select.clear_cache()
+
+
+def explain(device, **bounds) -> str:
+    """The decision for these bounds (same arguments as mqa_logits_mxfp4_config)."""
+    return mqa_logits_mxfp4_config(device, **bounds).explain()
+
+
+__all__ = [
+    "mqa_logits_mxfp4", "mqa_logits_mxfp4_config", "mqa_logits_mxfp4_schedule", "MqaLogitsConfig",
+    "MqaLogitsSchedule", "quantize_mxfp4", "dequantize_mxfp4", "reload", "explain",
+    "MqaLogitsError", "InputError", "ScheduleError", "NoBackendError", "PinnedBackendError",
+    "UnknownBackendError", "CaptureError",
+]

@@ -1,0 +1,92 @@
+"""What every backend provides: reasons as data, instances with attributes, one protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..dispatch.config import ProblemKey
+
+MODES = ("table", "free", "prefill")
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One failed rule: `check` names it, `message` says what was observed."""
+
+    check: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.check}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One compiled kernel shape a backend offers; the dispatcher picks by these attributes.
+
+    rows: rows of one sequence per tile (they share every loaded KV tile); block_n: keys per
+    tile; warps/stages: launch shape; family: how the MMA is done (e.g. fp8, bf16, scaled).
+    `validated_on`: arches where this project has executed the instance against the reference;
+    elsewhere it self-checks on first use.
+    """
+
+    name: str
+    backend: str
+    family: str
+    rows: int
+    block_n: int
+    warps: int
+    stages: int
+    heads: tuple[int, ...]
+    page_sizes: tuple[int, ...]
+    arches: tuple[str, ...]
+    validated_on: tuple[str, ...]
+    modes: tuple[str, ...] = MODES
+    head_dims: tuple[int, ...] = (128,)
+    ctas_per_sm: int = 2
+    extra: tuple[tuple[str, object], ...] = field(default=())
+
+    def validated(self, arch: str) -> bool:
+        return arch in self.validated_on
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A backend: installed-or-not is separate from fits-this-problem (SPEC section 6)."""
+
+    name: str
+
+    def available(self) -> Reason | None:
+        """None when this backend can run in this process, else why not."""
+
+    def instances(self) -> tuple[Instance, ...]:
+        """Every instance the backend registers (on any arch)."""
+
+    def supports(self, key: ProblemKey) -> list[Reason]:
+        """Every backend-level rule the problem breaks (empty when it fits)."""
+
+    def instance_supports(self, inst: Instance, key: ProblemKey) -> list[Reason]:
+        """Every rule `inst` breaks for the problem (empty when it fits)."""
+
+    def default_pick(self, key: ProblemKey) -> tuple[Instance, str] | None:
+        """The per-arch rule: (instance, schedule-free mode) or None."""
+
+    def launch_shape(self, inst: Instance, key: ProblemKey, mode: str) -> tuple[int, ...]:
+        """Static launch shape for a mode (grid, parts)."""
+
+    def build_schedule(self, cfg, query_start_loc: torch.Tensor, row_ends: torch.Tensor,
+                       records: torch.Tensor) -> None:
+        """Write Table records for `cfg` into `records` on the device (no host read)."""
+
+    def launch(self, cfg, mode: str, q, q_scale, kv_cache, kv_scale, weights, block_tables,
+               query_start_loc, row_ends, out, out_offsets, records) -> None:
+        """Score on the device; inputs are already checked."""
+
+
+def ok_if(rules: list[tuple[bool, str, str]]) -> list[Reason]:
+    """Reasons for the rules whose condition is False: [(holds, check, message), ...]."""
+    return [Reason(check, msg) for holds, check, msg in rules if not holds]

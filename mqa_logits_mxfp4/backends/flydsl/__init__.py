@@ -1,0 +1,1 @@
+"""flydsl: FlyDSL kernels for AMD gfx950 (scaled MFMA)."""

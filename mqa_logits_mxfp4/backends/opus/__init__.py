@@ -1,0 +1,1 @@
+"""opus: native HIP/CUDA C++ kernels (csrc/) built with ninja + pybind11 on first use."""

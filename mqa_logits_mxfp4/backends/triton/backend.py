@@ -1,0 +1,120 @@
+"""Host side of the Triton backend: support rules, the per-arch pick, launches."""
+
+from __future__ import annotations
+
+import math
+
+import triton
+
+from ..base import Instance, Reason, ok_if
+from .instances import INSTANCES
+
+DECODE_MAX_QLEN = 8    # up to this many rows a sequence, the default rule treats a call as decode
+MAX_COLS = 256          # rows x heads of one tile: the MMA's N and the accumulator's width
+_MMA = {"fp8": 0, "bf16": 1, "scaled": 2}
+_MODE = {"table": 0, "free": 1, "prefill": 2}
+_PREFERRED_FAMILY = {"gfx950": "scaled", "gfx1250": "scaled", "sm_100": "scaled", "sm_103": "scaled",
+                     "gfx942": "bf16", "gfx90a": "bf16", "sm_80": "bf16", "sm_86": "bf16"}
+
+
+def _kernels():
+    from . import kernels  # imported on first launch: TRITON_INTERPRET is read when it is
+    return kernels
+
+
+def interpreting() -> bool:
+    from triton.runtime.interpreter import InterpretedFunction
+    return isinstance(_kernels().mqa_logits_kernel, InterpretedFunction)
+
+
+def _triton_version() -> tuple[int, int]:
+    return tuple(int(x) for x in triton.__version__.split(".")[:2])
+
+
+class TritonBackend:
+    name = "triton"
+
+    def available(self) -> Reason | None:
+        return None  # triton is a hard dependency; per-device rules live in supports()
+
+    def instances(self) -> tuple[Instance, ...]:
+        return INSTANCES
+
+    def supports(self, key) -> list[Reason]:
+        if key.arch == "cpu":
+            return ok_if([(interpreting(), "device",
+                           "the Triton backend runs on the CPU only through its interpreter: set "
+                           "TRITON_INTERPRET=1 before importing mqa_logits_mxfp4; got a CPU device without it")])
+        return ok_if([(not interpreting(), "device",
+                       f"TRITON_INTERPRET=1 is set, so kernels cannot run on {key.device}")])
+
+    def instance_supports(self, inst: Instance, key) -> list[Reason]:
+        rules = [
+            (key.arch in inst.arches, "arch", f"{inst.name} runs on {', '.join(inst.arches)}; got {key.arch}"),
+            (key.heads in inst.heads, "heads", f"{inst.name} needs heads in {inst.heads}; got {key.heads}"),
+            (key.head_dim in inst.head_dims, "head_dim",
+             f"{inst.name} needs head_dim in {inst.head_dims}; got {key.head_dim}"),
+            (key.page_size in inst.page_sizes, "page_size",
+             f"{inst.name} needs page_size in {inst.page_sizes}; got {key.page_size}"),
+            (inst.rows * key.heads <= MAX_COLS, "tile",
+             f"{inst.name} needs rows x heads <= {MAX_COLS}; got {inst.rows} x {key.heads}"),
+            (not key.gather or inst.rows == 1, "gather",
+             f"gather mode needs a one-row instance (each row has its own table); {inst.name} has {inst.rows}"),
+        ]
+        if inst.family == "scaled" and key.arch == "cpu":
+            rules.append((_triton_version() >= (3, 9), "interpreter",
+                          f"tl.dot_scaled runs in the interpreter from triton 3.9; got {triton.__version__}"))
+        return ok_if(rules)
+
+    def ranked_picks(self, key) -> list[tuple[Instance, str]]:
+        """Per-arch default rule: the preferred family, the fewest rows that hold a sequence's
+        rows (decode, Free) or the widest tile (prefill, Prefill)."""
+        family = _PREFERRED_FAMILY.get(key.arch, "fp8")
+        order = [family] + [f for f in ("fp8", "bf16", "scaled") if f != family]
+        picks = []
+        for fam in order:
+            cands = [i for i in INSTANCES if i.family == fam and not self.instance_supports(i, key)]
+            if key.max_qlen <= DECODE_MAX_QLEN:
+                fit = sorted((i for i in cands if i.rows >= key.max_qlen), key=lambda i: i.rows)
+                picks += [(i, "free") for i in fit + sorted(set(cands) - set(fit), key=lambda i: -i.rows)]
+            else:
+                picks += [(i, "prefill") for i in sorted(cands, key=lambda i: -i.rows)]
+        return picks
+
+    def grid_sizes(self, inst: Instance, key) -> tuple[int, tuple[int, int]]:
+        tiles = math.ceil(key.max_seq_len / inst.block_n)
+        units = key.max_seqs * math.ceil(key.max_qlen / inst.rows) * tiles
+        slots = 4 if key.arch == "cpu" else key.cu_num * inst.ctas_per_sm
+        groups = math.ceil(key.max_rows / inst.rows)
+        parts = max(1, min(tiles, math.ceil(slots / groups)))
+        return max(1, min(slots, units)), (groups, parts)
+
+    def build_schedule(self, cfg, query_start_loc, row_ends, records) -> None:
+        inst = self._instance(cfg.instance)
+        _kernels().build_schedule_kernel[(cfg.table_grid,)](
+            query_start_loc, row_ends, records, query_start_loc.shape[0] - 1,
+            R=inst.rows, BLOCK_N=inst.block_n, SEQ_P2=triton.next_power_of_2(cfg.max_seqs))
+
+    def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
+               query_start_loc, row_ends, out, out_offsets, records) -> None:
+        inst = self._instance(cfg.instance)
+        k = _kernels()
+        grid = cfg.prefill_grid if mode == "prefill" else (cfg.table_grid,)
+        flat = out_offsets is not None
+        k.mqa_logits_kernel[grid](
+            q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
+            out, out_offsets if flat else row_ends, records if records is not None else row_ends,
+            query_start_loc.shape[0] - 1, weights.stride(0), block_tables.stride(0),
+            0 if flat else out.stride(0),
+            HEADS=cfg.heads, LOG2_H=cfg.heads.bit_length() - 1, D=cfg.head_dim,
+            PAGE=cfg.page_size, PPB=cfg.pages_per_block, GATHER=cfg.gather, R=inst.rows,
+            BLOCK_N=inst.block_n, MMA=_MMA[inst.family], MODE=_MODE[mode], PARTS=cfg.prefill_grid[1],
+            SEQ_P2=triton.next_power_of_2(cfg.max_seqs), FLAT_OUT=flat, INTERP=interpreting(),
+            num_warps=inst.warps, num_stages=inst.stages, enable_fp_fusion=False)
+
+    @staticmethod
+    def _instance(name: str) -> Instance:
+        return next(i for i in INSTANCES if i.name == name)
+
+
+BACKEND = TritonBackend()

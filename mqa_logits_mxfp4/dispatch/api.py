@@ -1,0 +1,101 @@
+"""The op: checks, then one launch of the configured backend; also a torch custom op."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import env, registry
+from .checks import as_bytes, check_contract, check_inputs, check_rows_tensors, reject_permuted_layout  # noqa: F401
+from .config import MqaLogitsConfig, ProblemKey, mqa_logits_mxfp4_config
+from .errors import InputError
+from .schedule import MqaLogitsSchedule
+
+
+def config_from_tensors(q, kv_cache, block_tables, query_start_loc, out) -> MqaLogitsConfig:
+    """cfg=None: bounds from shapes (max_qlen = rows, max_seq_len = out width or table span)."""
+    for name, t, nd in (("q", q, 3), ("kv_cache", kv_cache, 3), ("block_tables", block_tables, 2),
+                        ("query_start_loc", query_start_loc, 1)):
+        if t.dim() != nd:
+            raise InputError(f"{name} must be {nd}-D; got {t.dim()}-D {list(t.shape)}")
+    rows, heads, half = q.shape
+    page = kv_cache.shape[1]
+    seq_len = out.shape[1] if out is not None and out.dim() == 2 else block_tables.shape[1] * page
+    return mqa_logits_mxfp4_config(q.device, heads=heads, head_dim=2 * half, page_size=page,
+                                   max_rows=max(rows, 1), max_seqs=max(query_start_loc.shape[0] - 1, 1),
+                                   max_qlen=max(rows, 1), max_seq_len=max(seq_len, 1))
+
+
+def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Tensor,
+                     kv_scale: torch.Tensor, weights: torch.Tensor, block_tables: torch.Tensor,
+                     query_start_loc: torch.Tensor, row_ends: torch.Tensor, *,
+                     cfg: MqaLogitsConfig | None = None, schedule: MqaLogitsSchedule | None = None,
+                     out: torch.Tensor | None = None, out_offsets: torch.Tensor | None = None
+                     ) -> torch.Tensor:
+    """Indexer logits `out[r, n]` for keys n < row_ends[r] of every live row (SPEC section 1).
+
+    q [rows, H, D/2] u8, q_scale [rows, H, D/32] u8, kv_cache [pages, page_size, D/2] u8,
+    kv_scale [pages, page_size, D/32] u8, weights [>= rows, H] bf16/fp32, block_tables int32,
+    query_start_loc [num_seqs + 1] int32, row_ends [rows] int32. Returns `out` (float32
+    [rows, cfg.max_seq_len] filled with -inf outside windows when allocated here).
+    """
+    q, q_scale = as_bytes("q", q), as_bytes("q_scale", q_scale)
+    kv_cache, kv_scale = as_bytes("kv_cache", kv_cache), as_bytes("kv_scale", kv_scale)
+    reject_permuted_layout(kv_cache)
+    if cfg is None:
+        cfg = config_from_tensors(q, kv_cache, block_tables, query_start_loc, out)
+    if out_offsets is not None and out is None:
+        raise InputError("out_offsets needs a caller-provided flat float32 out; got out=None")
+    alloc = out is None
+    if alloc:
+        out = torch.empty((q.shape[0] if q.dim() == 3 else 0, cfg.max_seq_len), dtype=torch.float32,
+                          device=cfg.device)
+    check_inputs(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
+                 row_ends, out, out_offsets)
+    if schedule is not None:
+        schedule.check(cfg, query_start_loc, row_ends)
+    if env.settings().debug:
+        check_contract(cfg, block_tables, query_start_loc, row_ends, out, out_offsets)
+    if alloc:
+        out.fill_(float("-inf"))
+    records = schedule.records if schedule is not None else None
+    mode = "table" if schedule is not None else cfg.mode
+    if torch.compiler.is_compiling():
+        k = cfg.key
+        torch.ops.mqa_logits_mxfp4.mqa_logits_mxfp4(
+            q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
+            out, out_offsets, records,
+            [k.heads, k.head_dim, k.page_size, k.pages_per_block, int(k.gather), k.max_rows,
+             k.max_seqs, k.max_qlen, k.max_seq_len], cfg.backend, cfg.instance, mode)
+    else:
+        registry.get(cfg.backend).launch(cfg, mode, q, q_scale, kv_cache, kv_scale, weights,
+                                         block_tables, query_start_loc, row_ends, out,
+                                         out_offsets, records)
+    return out
+
+
+@torch.library.custom_op("mqa_logits_mxfp4::mqa_logits_mxfp4", mutates_args=("out",))
+def _custom_op(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Tensor,
+               kv_scale: torch.Tensor, weights: torch.Tensor, block_tables: torch.Tensor,
+               query_start_loc: torch.Tensor, row_ends: torch.Tensor, out: torch.Tensor,
+               out_offsets: Optional[torch.Tensor], records: Optional[torch.Tensor],
+               bounds: list[int], backend: str, instance: str, mode: str) -> None:
+    """Checked inputs only (the Python wrapper checks); bounds are the config key's ints."""
+    from .config import device_facts
+    from .select import make_config
+    heads, head_dim, page, ppb, gather, max_rows, max_seqs, max_qlen, max_seq_len = bounds
+    arch, cu_num = device_facts(out.device)
+    key = ProblemKey(out.device, arch, cu_num, heads, head_dim, page, ppb, bool(gather), max_rows,
+                     max_seqs, max_qlen, max_seq_len)
+    be = registry.get(backend)
+    inst = next(i for i in be.instances() if i.name == instance)
+    cfg = make_config(key, be, inst, mode if mode != "table" else "free", "custom op")
+    be.launch(cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
+              row_ends, out, out_offsets, records)
+
+
+@_custom_op.register_fake
+def _(q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends, out,
+      out_offsets, records, bounds, backend, instance, mode) -> None:
+    return None

@@ -1,0 +1,162 @@
+"""SPEC section 5: every check the op makes before any launch (nothing is written on failure)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..formats import as_uint8
+from .errors import InputError
+
+def as_bytes(name: str, t: torch.Tensor) -> torch.Tensor:
+    """uint8 tensors pass; torch's float4_e2m1fn_x2 / float8_e8m0fnu views become uint8 views."""
+    if not isinstance(t, torch.Tensor):
+        raise InputError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    try:
+        return as_uint8(t)
+    except TypeError:
+        raise InputError(f"{name} must be uint8 (E2M1 pairs / E8M0 bytes); got {t.dtype}") from None
+
+
+def _dtype(name, t, allowed):
+    if not isinstance(t, torch.Tensor):
+        raise InputError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if t.dtype not in allowed:
+        want = " or ".join(str(a) for a in allowed)
+        extra = " (int64 row_ends are rejected: pass int32)" if name == "row_ends" else ""
+        raise InputError(f"{name} must be {want}{extra}; got {t.dtype}")
+
+
+def _ndim(name, t, ndim, shape_doc):
+    if t.dim() != ndim:
+        raise InputError(f"{name} must be {ndim}-D {shape_doc}; got {t.dim()}-D {list(t.shape)}")
+
+
+def reject_permuted_layout(kv_cache: torch.Tensor) -> None:
+    if kv_cache.dim() == 4:
+        raise InputError(f"kv_cache is 4-D {list(kv_cache.shape)}: that is an MFMA-permuted (preshuffled) "
+                         "layout, which this op does not read; pass the natural layout "
+                         "[num_pages, page_size, head_dim/2]")
+
+
+def check_rows_tensors(cfg, query_start_loc, row_ends) -> None:
+    _dtype("query_start_loc", query_start_loc, (torch.int32,))
+    _dtype("row_ends", row_ends, (torch.int32,))
+    _ndim("query_start_loc", query_start_loc, 1, "[num_seqs + 1]")
+    _ndim("row_ends", row_ends, 1, "[rows]")
+    num_seqs = query_start_loc.shape[0] - 1
+    if num_seqs < 0:
+        raise InputError("query_start_loc must have num_seqs + 1 >= 1 entries; got 0")
+    if num_seqs > cfg.max_seqs:
+        raise InputError(f"sequences must be <= cfg.max_seqs = {cfg.max_seqs}; got {num_seqs} "
+                         f"(query_start_loc has {num_seqs + 1} entries)")
+    if row_ends.shape[0] > cfg.max_rows:
+        raise InputError(f"rows must be <= cfg.max_rows = {cfg.max_rows}; got {row_ends.shape[0]} (row_ends)")
+    for name, t in (("query_start_loc", query_start_loc), ("row_ends", row_ends)):
+        if t.device != cfg.device:
+            raise InputError(f"every tensor must be on the config's device {cfg.device}; {name} is on {t.device}")
+        if not t.is_contiguous():
+            raise InputError(f"{name} must be contiguous; got strides {tuple(t.stride())}")
+
+
+def check_inputs(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
+                 row_ends, out, out_offsets) -> None:
+    """Raise InputError naming the rule and the observed value; inputs are already uint8 views."""
+    _dtype("weights", weights, (torch.bfloat16, torch.float32))
+    _dtype("block_tables", block_tables, (torch.int32,))
+    _dtype("out", out, (torch.float32,))
+    if out_offsets is not None:
+        _dtype("out_offsets", out_offsets, (torch.int64,))
+
+    _ndim("q", q, 3, "[rows, heads, head_dim/2]")
+    _ndim("q_scale", q_scale, 3, "[rows, heads, head_dim/32]")
+    reject_permuted_layout(kv_cache)
+    _ndim("kv_cache", kv_cache, 3, "[num_pages, page_size, head_dim/2]")
+    _ndim("kv_scale", kv_scale, 3, "[num_pages, page_size, head_dim/32]")
+    _ndim("weights", weights, 2, "[>= rows, heads]")
+    _ndim("block_tables", block_tables, 2, "[>= num_seqs (gather: rows), >= cfg.block_table_width]")
+    if out_offsets is None:
+        _ndim("out", out, 2, "[>= rows, >= cfg.max_seq_len]")
+    else:
+        _ndim("out", out, 1, "flat [N] (with out_offsets)")
+        _ndim("out_offsets", out_offsets, 1, "[rows]")
+    check_rows_tensors(cfg, query_start_loc, row_ends)
+
+    rows, heads, half = q.shape
+    if heads != cfg.heads:
+        raise InputError(f"heads must equal cfg.heads = {cfg.heads}; got {heads} (q.shape[1])")
+    if 2 * half != cfg.head_dim:
+        raise InputError(f"head_dim must equal cfg.head_dim = {cfg.head_dim}; got {2 * half} (2 * q.shape[2])")
+    if rows > cfg.max_rows:
+        raise InputError(f"rows must be <= cfg.max_rows = {cfg.max_rows}; got {rows} (q.shape[0])")
+    nblk = cfg.head_dim // 32
+    if tuple(q_scale.shape) != (rows, heads, nblk):
+        raise InputError(f"q_scale must be [rows, heads, head_dim/32] = {[rows, heads, nblk]}; got {list(q_scale.shape)}")
+    if row_ends.shape[0] != rows:
+        raise InputError(f"row_ends must have one entry per q row ({rows}); got {row_ends.shape[0]}")
+    num_pages, page, khalf = kv_cache.shape
+    if page != cfg.page_size:
+        raise InputError(f"page_size must equal cfg.page_size = {cfg.page_size}; got {page} (kv_cache.shape[1])")
+    if 2 * khalf != cfg.head_dim:
+        raise InputError(f"head_dim must equal cfg.head_dim = {cfg.head_dim}; got {2 * khalf} (2 * kv_cache.shape[2])")
+    if tuple(kv_scale.shape) != (num_pages, page, nblk):
+        raise InputError(f"kv_scale must be [num_pages, page_size, head_dim/32] = {[num_pages, page, nblk]}; "
+                         f"got {list(kv_scale.shape)}")
+    if weights.shape[0] < rows or weights.shape[1] != heads:
+        raise InputError(f"weights must be [>= rows, heads] = [>= {rows}, {heads}]; got {list(weights.shape)}")
+    if weights.stride(1) != 1:
+        raise InputError(f"weights must have a contiguous last dim; got strides {tuple(weights.stride())}")
+    num_seqs = query_start_loc.shape[0] - 1
+    need_rows, what = (rows, "rows (gather mode)") if cfg.gather else (num_seqs, "num_seqs")
+    if block_tables.shape[1] < cfg.block_table_width:
+        raise InputError(f"block_tables must be at least cfg.block_table_width = {cfg.block_table_width} wide; "
+                         f"got {block_tables.shape[1]}")
+    if block_tables.shape[0] < need_rows:
+        raise InputError(f"block_tables must have >= {what} = {need_rows} rows; got {block_tables.shape[0]}")
+    if block_tables.stride(1) != 1:
+        raise InputError(f"block_tables must have a contiguous last dim; got strides {tuple(block_tables.stride())}")
+    if out_offsets is None:
+        if out.shape[0] < rows or out.shape[1] < cfg.max_seq_len:
+            raise InputError(f"out must be at least [rows, cfg.max_seq_len] = [{rows}, {cfg.max_seq_len}]; "
+                             f"got {list(out.shape)}")
+        if out.stride(1) != 1:
+            raise InputError(f"out must have a contiguous last dim; got strides {tuple(out.stride())}")
+    else:
+        if out_offsets.shape[0] != rows:
+            raise InputError(f"out_offsets must be [rows] = [{rows}]; got {list(out_offsets.shape)}")
+        if out.stride(0) != 1:
+            raise InputError(f"a flat out must be contiguous; got stride {out.stride(0)}")
+    for name, t in (("q", q), ("q_scale", q_scale), ("kv_cache", kv_cache), ("kv_scale", kv_scale)):
+        if not t.is_contiguous():
+            raise InputError(f"{name} must be contiguous; got strides {tuple(t.stride())}")
+    for name, t in (("q", q), ("q_scale", q_scale), ("kv_cache", kv_cache), ("kv_scale", kv_scale),
+                    ("weights", weights), ("block_tables", block_tables), ("out", out),
+                    ("out_offsets", out_offsets)):
+        if t is not None and t.device != cfg.device:
+            raise InputError(f"every tensor must be on the config's device {cfg.device}; {name} is on {t.device}")
+
+
+def check_contract(cfg, block_tables, query_start_loc, row_ends, out, out_offsets) -> None:
+    """MQA_LOGITS_MXFP4_DEBUG=1: the caller contract, read on the host (syncs; not graph-safe)."""
+    qsl = query_start_loc.cpu()
+    ends = row_ends.cpu()
+    rows = ends.shape[0]
+    if int(qsl[0]) != 0 or bool((qsl[1:] < qsl[:-1]).any()):
+        raise InputError(f"query_start_loc must start at 0 and not decrease; got {qsl.tolist()[:16]}")
+    live = int(qsl[-1])
+    if live > rows:
+        raise InputError(f"query_start_loc[-1] must be <= rows = {rows}; got {live}")
+    if live and (int(ends[:live].min()) < 0 or int(ends[:live].max()) > cfg.max_seq_len):
+        raise InputError(f"row_ends must lie in [0, cfg.max_seq_len = {cfg.max_seq_len}]; got "
+                         f"[{int(ends[:live].min())}, {int(ends[:live].max())}]")
+    span = cfg.page_size * cfg.pages_per_block
+    for b in range(qsl.shape[0] - 1):
+        seg = ends[int(qsl[b]):int(qsl[b + 1])]
+        if seg.numel() > 1 and bool((seg[1:] < seg[:-1]).any()):
+            raise InputError(f"row_ends must not decrease along a sequence's rows; sequence {b} has {seg.tolist()[:16]}")
+    need = (ends[:live] + span - 1) // span
+    if live and int(need.max()) > block_tables.shape[1]:
+        raise InputError(f"row_ends need {int(need.max())} block-table entries; block_tables has {block_tables.shape[1]}")
+    if out_offsets is not None and live:
+        offs = out_offsets[:live].cpu()
+        if int(offs.min()) < 0 or int((offs + ends[:live]).max()) > out.shape[0]:
+            raise InputError(f"out_offsets + row_ends must stay within out ({out.shape[0]} elements)")

@@ -1,0 +1,59 @@
+"""Table mode's schedule: fixed-size per-program records built on the device, once a forward.
+
+A record is RECORD_INTS int32 (32 bytes): [first unit, end unit, first sequence, units before
+that sequence, 0, 0, 0, 0], with units numbered as backends/triton/kernels.py describes. The
+records are built by one kernel shared by every backend (no second copy of the work split).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import registry
+from .config import MqaLogitsConfig
+from .errors import InputError, ScheduleError
+
+RECORD_INTS = 8
+
+
+def tensor_identity(t: torch.Tensor) -> tuple:
+    """What a schedule remembers of a tensor: the same storage, view and dtype."""
+    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
+
+
+@dataclass(frozen=True, eq=False)
+class MqaLogitsSchedule:
+    """Records for Table mode, valid for configs equal to `cfg` and these row tensors."""
+
+    cfg: MqaLogitsConfig
+    records: torch.Tensor
+    sources: tuple
+
+    def check(self, cfg: MqaLogitsConfig, query_start_loc: torch.Tensor, row_ends: torch.Tensor) -> None:
+        if cfg != self.cfg:
+            raise ScheduleError(f"schedule was built for another config: {self.cfg!r}; this call has {cfg!r}")
+        now = (tensor_identity(query_start_loc), tensor_identity(row_ends))
+        for name, built, got in zip(("query_start_loc", "row_ends"), self.sources, now):
+            if built != got:
+                raise ScheduleError(f"schedule was built from other tensors: {name} was "
+                                    f"(ptr {built[0]:#x}, shape {built[1]}), this call passes "
+                                    f"(ptr {got[0]:#x}, shape {got[1]})")
+
+
+def mqa_logits_mxfp4_schedule(cfg: MqaLogitsConfig, query_start_loc: torch.Tensor,
+                              row_ends: torch.Tensor, buffers: torch.Tensor | None = None
+                              ) -> MqaLogitsSchedule:
+    """Build Table records on the device (no host read). `buffers`: from cfg.schedule_buffers()."""
+    from .api import check_rows_tensors
+    check_rows_tensors(cfg, query_start_loc, row_ends)
+    want = (cfg.table_grid, RECORD_INTS)
+    if buffers is None:
+        buffers = cfg.schedule_buffers()
+    elif (buffers.dtype != torch.int32 or tuple(buffers.shape) != want
+          or buffers.device != cfg.device or not buffers.is_contiguous()):
+        raise InputError(f"buffers must be cfg.schedule_buffers(): contiguous int32 {list(want)} on "
+                         f"{cfg.device}; got {buffers.dtype} {list(buffers.shape)} on {buffers.device}")
+    registry.get(cfg.backend).build_schedule(cfg, query_start_loc, row_ends, buffers)
+    return MqaLogitsSchedule(cfg, buffers, (tensor_identity(query_start_loc), tensor_identity(row_ends)))

@@ -1,0 +1,165 @@
+"""The decision: pinned by env > tuned row > per-arch default rule; self-check on first use."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..backends.base import Instance, Reason
+from . import registry, table
+from .config import MqaLogitsConfig, ProblemKey
+from .env import Settings
+from .errors import CaptureError, NoBackendError, PinnedBackendError, UnknownBackendError
+
+log = logging.getLogger("mqa_logits_mxfp4")
+
+# Per-arch order in which backends are asked for their default pick.
+_PREFERENCE = {
+    "gfx950": ("opus", "flydsl", "triton"),
+    "gfx942": ("opus", "flydsl", "triton"),
+    "cpu": ("triton",),
+}
+_DEFAULT_PREFERENCE = ("opus", "triton", "flydsl")
+
+# (backend, instance, device) -> None when the self-check passed, else its mismatch.
+_selfcheck_results: dict[tuple[str, str, torch.device], str | None] = {}
+
+
+def clear_cache() -> None:
+    _selfcheck_results.clear()
+
+
+def make_config(key: ProblemKey, backend, inst: Instance, mode: str, source: str,
+                recommend_schedule: bool = False, notes: tuple[str, ...] = ()) -> MqaLogitsConfig:
+    table_grid, prefill_grid = backend.grid_sizes(inst, key)
+    return MqaLogitsConfig(key=key, backend=backend.name, instance=inst.name, mode=mode,
+                           table_grid=table_grid, prefill_grid=prefill_grid, source=source,
+                           recommend_schedule=recommend_schedule, notes=notes)
+
+
+def _unfit(backend, inst: Instance | None, key: ProblemKey) -> list[Reason]:
+    reason = backend.available()
+    if reason is not None:
+        return [reason]
+    reasons = backend.supports(key)
+    if inst is not None and not reasons:
+        reasons = backend.instance_supports(inst, key)
+    return reasons
+
+
+def _selfcheck(backend, inst: Instance, key: ProblemKey, settings: Settings) -> str | None:
+    """None when `inst` may be used on this device (validated, skipped or passed)."""
+    if inst.validated(key.arch) or not settings.selfcheck:
+        return None
+    slot = (backend.name, inst.name, key.device)
+    if slot not in _selfcheck_results:
+        if key.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise CaptureError(f"instance {inst.name} must self-check on {key.arch} before use: "
+                               "warm up (build a config and call the op once) before capture")
+        from .selfcheck import run_selfcheck
+        _selfcheck_results[slot] = run_selfcheck(backend, inst, key)
+        if _selfcheck_results[slot] is not None:
+            log.warning("mqa_logits_mxfp4: %s/%s disabled on %s: %s", backend.name, inst.name,
+                        key.arch, _selfcheck_results[slot])
+    return _selfcheck_results[slot]
+
+
+def _fmt(reasons: list[Reason]) -> str:
+    return "; ".join(str(r) for r in reasons)
+
+
+def _default_mode(key: ProblemKey, inst: Instance) -> str:
+    """Schedule-free mode when only the instance is given: Free for decode, else Prefill."""
+    return "free" if key.max_qlen <= 8 else "prefill"
+
+
+def _pinned(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
+    names = registry.names()
+    if settings.backend != "auto" and settings.backend not in names:
+        raise UnknownBackendError(f"MQA_LOGITS_MXFP4_BACKEND={settings.backend!r} is not a backend; "
+                                  f"valid: auto, {', '.join(names)}")
+    if settings.instance:
+        found = registry.find_instance(settings.instance)
+        if found is None or (settings.backend != "auto" and found[0].name != settings.backend):
+            valid = [i.name for n in names for i in registry.get(n).instances()
+                     if settings.backend in ("auto", n)]
+            raise UnknownBackendError(f"MQA_LOGITS_MXFP4_INSTANCE={settings.instance!r} is not an instance"
+                                      f"{' of ' + settings.backend if settings.backend != 'auto' else ''};"
+                                      f" valid: {', '.join(valid) or 'none'}")
+        backend, inst = found
+        reasons = _unfit(backend, inst, key)
+        what = f"pinned instance {backend.name}/{inst.name} (MQA_LOGITS_MXFP4_INSTANCE)"
+        if reasons:
+            raise PinnedBackendError(f"{what} cannot serve {key!r}: {_fmt(reasons)}")
+        bad = _selfcheck(backend, inst, key, settings)
+        if bad:
+            raise PinnedBackendError(f"{what} failed its self-check on {key.arch}: {bad}")
+        return make_config(key, backend, inst, _default_mode(key, inst), what)
+    backend = registry.get(settings.backend)
+    what = f"pinned backend {backend.name} (MQA_LOGITS_MXFP4_BACKEND)"
+    reasons = _unfit(backend, None, key)
+    if reasons:
+        raise PinnedBackendError(f"{what} cannot serve {key!r}: {_fmt(reasons)}")
+    tried = []
+    for inst, mode in backend.ranked_picks(key):
+        if backend.instance_supports(inst, key):
+            continue
+        bad = _selfcheck(backend, inst, key, settings)
+        if bad:
+            tried.append(f"{inst.name}: self-check failed: {bad}")
+            continue
+        return make_config(key, backend, inst, mode, f"{what}, its default rule for {key.arch}",
+                           notes=tuple(tried))
+    raise PinnedBackendError(f"{what} has no instance for {key!r}: " + ("; ".join(tried) or "none fits"))
+
+
+def decide(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
+    if settings.backend != "auto" or settings.instance:
+        cfg = _pinned(key, settings)
+    else:
+        cfg = _auto(key, settings)
+    if settings.log:
+        log.info("mqa_logits_mxfp4: %r (%s)", cfg, cfg.source)
+    return cfg
+
+
+def _auto(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
+    notes: list[str] = []
+    row = table.lookup(key, settings.configs)
+    if row is not None:
+        try:
+            backend = registry.get(row.backend)
+            inst = next((i for i in backend.instances() if i.name == row.instance), None)
+            reasons = (_unfit(backend, inst, key) if inst is not None
+                       else [Reason("instance", f"{row.backend} has no instance {row.instance!r}")])
+        except KeyError:
+            reasons = [Reason("backend", f"no backend named {row.backend!r}")]
+        if not reasons:
+            bad = _selfcheck(backend, inst, key, settings)
+            reasons = [Reason("self-check", bad)] if bad else []
+        if not reasons:
+            mode = row.mode if row.mode != "table" else _default_mode(key, inst)
+            return make_config(key, backend, inst, mode,
+                               f"tuned row {row.source} ({row.mode}, {row.us:g} us)",
+                               recommend_schedule=row.mode == "table")
+        notes.append(f"tuned row {row.source} skipped: {_fmt(reasons)}")
+        log.info("mqa_logits_mxfp4: %s", notes[-1])
+    everyone = []
+    for name in _PREFERENCE.get(key.arch, _DEFAULT_PREFERENCE):
+        backend = registry.get(name)
+        reasons = _unfit(backend, None, key)
+        if reasons:
+            everyone.append(f"{name}: {_fmt(reasons)}")
+            continue
+        for inst, mode in backend.ranked_picks(key):
+            if backend.instance_supports(inst, key):
+                continue
+            bad = _selfcheck(backend, inst, key, settings)
+            if bad:
+                everyone.append(f"{name}/{inst.name}: self-check failed: {bad}")
+                continue
+            return make_config(key, backend, inst, mode, f"default rule for {key.arch}",
+                               notes=tuple(notes + everyone))
+        everyone.append(f"{name}: no instance fits")
+    raise NoBackendError(f"no backend can serve {key!r}:\n  " + "\n  ".join(notes + everyone))
