@@ -1,0 +1,106 @@
+"""Shared pieces of the conformance suite: devices, candidates, geometries, poisoned runs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import mqa_logits_mxfp4 as mx
+from mqa_logits_mxfp4.backends.base import MODES
+from mqa_logits_mxfp4.dispatch import registry
+from mqa_logits_mxfp4.dispatch.config import ProblemKey, device_facts
+from mqa_logits_mxfp4.dispatch.select import make_config
+from mqa_logits_mxfp4.problems import make_problem
+
+POISON = -7777.0
+INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
+
+DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
+]
+
+
+def need_device(device: str) -> None:
+    if device == "cpu" and not INTERPRETING:
+        pytest.skip("CPU kernels run through the Triton interpreter: set TRITON_INTERPRET=1")
+
+
+def candidates() -> list:
+    """(backend name, instance) for every instance of every available backend, as pytest params."""
+    params = []
+    for name in registry.names():
+        backend = registry.get(name)
+        if backend.available() is not None:
+            continue
+        params += [pytest.param((name, inst.name), id=f"{name}-{inst.name}") for inst in backend.instances()]
+    return params
+
+
+def instance_of(pair):
+    name, inst_name = pair
+    backend = registry.get(name)
+    return backend, next(i for i in backend.instances() if i.name == inst_name)
+
+
+# Geometries: (heads, page_size, pages_per_block, gather, seqs, ratio, weights dtype), sized for the
+# interpreter on CPU and multiplied up on the GPU (`grow`).
+GEOMETRIES = {
+    "v4_decode": dict(heads=64, page_size=16, seqs=[(300, 2), (130, 1), (0, 0), (257, 2)], ratio=4),
+    "v41_full": dict(heads=32, page_size=8, pages_per_block=4, seqs=[(200, 3), (90, 1)], ratio=2,
+                     weights_dtype=torch.bfloat16),
+    "v41_candidate": dict(heads=32, page_size=8, gather=True, seqs=[(130, 2), (60, 1), (75, 2)]),
+    "h16_prefill": dict(heads=16, page_size=32, seqs=[(60, 20), (93, 9)]),
+    "h128": dict(heads=128, page_size=128, seqs=[(200, 1), (150, 2)]),
+}
+
+
+def build(geometry: str, device: str, seed: int = 0, grow: int | None = None, **over):
+    """A random problem for a geometry: fresh data, scales spread over 40 exponents, 2 pad rows."""
+    spec = dict(GEOMETRIES[geometry], **over)
+    grow = grow if grow is not None else (1 if device == "cpu" else 24)
+    spec["seqs"] = [(ctx * grow, rows * (grow // 4 if rows > 4 and grow > 1 else 1))
+                    for ctx, rows in spec["seqs"]]
+    gen = torch.Generator().manual_seed(seed)
+    return make_problem(**spec, scale_exponents=(107, 147), pad_rows=2, table_pad=1,
+                        generator=gen, device=device)
+
+
+def config(prob, pair, mode: str, extra_len: int = 13):
+    """A config pinned to one instance; skips with the instance's reasons when it cannot serve."""
+    backend, inst = instance_of(pair)
+    device = prob.q.device
+    arch, cu = device_facts(device)
+    key = ProblemKey(device, arch, cu, prob.heads, prob.head_dim, prob.page_size,
+                     prob.pages_per_block, prob.gather, prob.rows, prob.num_seqs,
+                     max(prob.max_qlen, 1), prob.max_seq_len + extra_len)
+    reasons = backend.supports(key) + backend.instance_supports(inst, key)
+    if reasons:
+        pytest.skip("; ".join(map(str, reasons)))
+    return make_config(key, backend, inst, "prefill" if mode == "prefill" else "free", "test")
+
+
+def run(prob, cfg, mode: str, out=None, out_offsets=None):
+    """One call in `mode` into a poisoned out (returned)."""
+    if out is None:
+        out = torch.full((prob.rows + 1, cfg.max_seq_len + 3), POISON, device=prob.q.device)
+    schedule = (mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc, prob.row_ends)
+                if mode == "table" else None)
+    res = mx.mqa_logits_mxfp4(*prob.args(), cfg=cfg, schedule=schedule, out=out, out_offsets=out_offsets)
+    assert res is out
+    return out
+
+
+def assert_untouched_outside(out, ref, live_rows: int):
+    """Every cell outside live windows still holds the poison, bit for bit."""
+    inside = torch.zeros(out.shape, dtype=torch.bool, device=out.device)
+    inside[:live_rows, :ref.window.shape[1]] = ref.window.to(out.device)
+    outside = out[~inside]
+    assert torch.equal(outside, torch.full_like(outside, POISON)), (
+        f"{int((outside != POISON).sum())} cells outside windows / past live rows were written")
+
+
+__all__ = ["MODES", "DEVICES", "POISON", "need_device", "candidates", "instance_of", "build",
+           "config", "run", "assert_untouched_outside", "GEOMETRIES"]
