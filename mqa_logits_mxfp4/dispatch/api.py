@@ -53,15 +53,17 @@ def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Ten
                           device=cfg.device)
     check_inputs(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
                  row_ends, out, out_offsets)
-    if schedule is not None:
-        schedule.check(cfg, query_start_loc, row_ends)
-    if env.settings().debug:
-        check_contract(cfg, block_tables, query_start_loc, row_ends, out, out_offsets)
+    compiling = torch.compiler.is_compiling()
+    if not compiling:  # traced tensors have no storage to compare, and the debug checks sync
+        if schedule is not None:
+            schedule.check(cfg, query_start_loc, row_ends)
+        if env.settings().debug:
+            check_contract(cfg, block_tables, query_start_loc, row_ends, out, out_offsets)
     if alloc:
         out.fill_(float("-inf"))
     records = schedule.records if schedule is not None else None
     mode = "table" if schedule is not None else cfg.mode
-    if torch.compiler.is_compiling():
+    if compiling:
         k = cfg.key
         torch.ops.mqa_logits_mxfp4.mqa_logits_mxfp4(
             q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
@@ -80,7 +82,7 @@ def _custom_op(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Tensor,
                kv_scale: torch.Tensor, weights: torch.Tensor, block_tables: torch.Tensor,
                query_start_loc: torch.Tensor, row_ends: torch.Tensor, out: torch.Tensor,
                out_offsets: Optional[torch.Tensor], records: Optional[torch.Tensor],
-               bounds: list[int], backend: str, instance: str, mode: str) -> None:
+               bounds: list[int], backend: str, instance: str, schedule_mode: str) -> None:
     """Checked inputs only (the Python wrapper checks); bounds are the config key's ints."""
     from .config import device_facts
     from .select import make_config
@@ -90,12 +92,12 @@ def _custom_op(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Tensor,
                      max_seqs, max_qlen, max_seq_len)
     be = registry.get(backend)
     inst = next(i for i in be.instances() if i.name == instance)
-    cfg = make_config(key, be, inst, mode if mode != "table" else "free", "custom op")
-    be.launch(cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
+    cfg = make_config(key, be, inst, "prefill" if schedule_mode == "prefill" else "free", "custom op")
+    be.launch(cfg, schedule_mode, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
               row_ends, out, out_offsets, records)
 
 
 @_custom_op.register_fake
 def _(q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends, out,
-      out_offsets, records, bounds, backend, instance, mode) -> None:
+      out_offsets, records, bounds, backend, instance, schedule_mode) -> None:
     return None

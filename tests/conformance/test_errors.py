@@ -1,0 +1,151 @@
+"""SPEC section 5: each bad input is refused before any launch, by a message naming the rule
+and the observed value, and `out` is left exactly as it was."""
+
+import pytest
+import torch
+
+import mqa_logits_mxfp4 as mx
+from mqa_logits_mxfp4.dispatch.errors import InputError, MqaLogitsError, ScheduleError
+
+from .common import DEVICES, POISON, build, need_device
+
+
+def _setup(device):
+    need_device(device)
+    prob = build("v4_decode", device, seed=21)
+    cfg = mx.mqa_logits_mxfp4_config(device, heads=64, page_size=16, max_rows=prob.rows,
+                                     max_seqs=prob.num_seqs, max_qlen=2, max_seq_len=prob.max_seq_len)
+    out = torch.full((prob.rows, cfg.max_seq_len), POISON, device=device)
+    args = dict(zip(("q", "q_scale", "kv_cache", "kv_scale", "weights", "block_tables",
+                     "query_start_loc", "row_ends"), prob.args()))
+    return prob, cfg, out, args
+
+
+def _call(args, **kw):
+    a = dict(args)
+    return mx.mqa_logits_mxfp4(a.pop("q"), a.pop("q_scale"), a.pop("kv_cache"), a.pop("kv_scale"),
+                               a.pop("weights"), a.pop("block_tables"), a.pop("query_start_loc"),
+                               a.pop("row_ends"), **kw)
+
+
+def _mutations(prob, cfg, out):
+    """(name, replaced args, extra kwargs, expected message fragment)."""
+    rows = prob.rows
+    narrow_cfg = mx.mqa_logits_mxfp4_config(cfg.device, heads=64, page_size=16, max_rows=rows - 1,
+                                            max_seqs=prob.num_seqs, max_qlen=2, max_seq_len=cfg.max_seq_len)
+    few_seqs = mx.mqa_logits_mxfp4_config(cfg.device, heads=64, page_size=16, max_rows=rows,
+                                          max_seqs=prob.num_seqs - 1, max_qlen=2, max_seq_len=cfg.max_seq_len)
+    other_heads = mx.mqa_logits_mxfp4_config(cfg.device, heads=32, page_size=16, max_rows=rows,
+                                             max_seqs=prob.num_seqs, max_qlen=2, max_seq_len=cfg.max_seq_len)
+    other_page = mx.mqa_logits_mxfp4_config(cfg.device, heads=64, page_size=32, max_rows=rows,
+                                            max_seqs=prob.num_seqs, max_qlen=2, max_seq_len=cfg.max_seq_len)
+    other_dim = mx.mqa_logits_mxfp4_config(cfg.device, heads=64, head_dim=256, page_size=16, max_rows=rows,
+                                           max_seqs=prob.num_seqs, max_qlen=2, max_seq_len=cfg.max_seq_len)
+    k4 = prob.kv_cache.reshape(prob.kv_cache.shape[0], 4, prob.page_size // 4, -1)
+    return [
+        ("int64 row_ends", {"row_ends": prob.row_ends.long()}, {}, "row_ends must be torch.int32 (int64 row_ends are rejected"),
+        ("float q", {"q": prob.q.float()}, {}, "q must be uint8 (E2M1 pairs / E8M0 bytes); got torch.float32"),
+        ("int16 kv_scale", {"kv_scale": prob.kv_scale.to(torch.int16)}, {}, "kv_scale must be uint8"),
+        ("fp16 weights", {"weights": prob.weights.half()}, {}, "weights must be torch.bfloat16 or torch.float32; got torch.float16"),
+        ("int64 block_tables", {"block_tables": prob.block_tables.long()}, {}, "block_tables must be torch.int32; got torch.int64"),
+        ("int64 query_start_loc", {"query_start_loc": prob.query_start_loc.long()}, {}, "query_start_loc must be torch.int32"),
+        ("4-D kv_cache", {"kv_cache": k4}, {}, "MFMA-permuted (preshuffled) layout"),
+        ("2-D q", {"q": prob.q.flatten(1)}, {}, "q must be 3-D [rows, heads, head_dim/2]; got 2-D"),
+        ("heads", {}, {"cfg": other_heads}, "heads must equal cfg.heads = 32; got 64"),
+        ("head_dim", {}, {"cfg": other_dim}, "head_dim must equal cfg.head_dim = 256; got 128"),
+        ("page size", {}, {"cfg": other_page}, "page_size must equal cfg.page_size = 32; got 16"),
+        ("rows over max_rows", {}, {"cfg": narrow_cfg}, f"rows must be <= cfg.max_rows = {rows - 1}; got {rows}"),
+        ("seqs over max_seqs", {}, {"cfg": few_seqs}, f"sequences must be <= cfg.max_seqs = {prob.num_seqs - 1}; got {prob.num_seqs}"),
+        ("short weights", {"weights": prob.weights[:-1]}, {}, f"weights must be [>= rows, heads] = [>= {rows}, 64]; got [{rows - 1}, 64]"),
+        ("narrow block_tables", {"block_tables": prob.block_tables[:, :cfg.block_table_width - 1]}, {},
+         f"block_tables must be at least cfg.block_table_width = {cfg.block_table_width} wide; got {cfg.block_table_width - 1}"),
+        ("few table rows", {"block_tables": prob.block_tables[:prob.num_seqs - 1]}, {},
+         f"block_tables must have >= num_seqs = {prob.num_seqs} rows; got {prob.num_seqs - 1}"),
+        ("narrow out", {}, {"out": out[:, :-1]}, f"out must be at least [rows, cfg.max_seq_len] = [{rows}, {cfg.max_seq_len}]; got [{rows}, {cfg.max_seq_len - 1}]"),
+        ("short out", {}, {"out": out[:-1]}, f"out must be at least [rows, cfg.max_seq_len]"),
+        ("fp64 out", {}, {"out": out.double()}, "out must be torch.float32; got torch.float64"),
+        ("strided out", {}, {"out": out.t().contiguous().t()}, "out must have a contiguous last dim"),
+        ("out_offsets without out", {}, {"out": None, "out_offsets": torch.zeros(rows, dtype=torch.int64, device=cfg.device)},
+         "out_offsets needs a caller-provided flat float32 out"),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_input_error_names_rule_and_value(device):
+    prob, cfg, out, args = _setup(device)
+    cases = _mutations(prob, cfg, out)
+    for name, repl, kw, fragment in cases:
+        kw = {"cfg": cfg, "out": out, **kw}
+        with pytest.raises(InputError) as e:
+            _call({**args, **repl}, **kw)
+        assert fragment in str(e.value), f"{name}: {e.value}"
+        assert bool((out == POISON).all()), f"{name}: out was written"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tensors_on_another_device(device):
+    prob, cfg, out, args = _setup(device)
+    if device == "cpu":
+        meta = prob.weights.to("meta")
+        with pytest.raises(InputError, match=r"every tensor must be on the config's device cpu; weights is on meta"):
+            _call({**args, "weights": meta}, cfg=cfg, out=out)
+    else:
+        with pytest.raises(InputError, match=r"every tensor must be on the config's device cuda:\d; row_ends is on cpu"):
+            _call({**args, "row_ends": prob.row_ends.cpu()}, cfg=cfg, out=out)
+    assert bool((out == POISON).all())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_schedule_from_another_config_or_other_tensors(device):
+    prob, cfg, out, args = _setup(device)
+    other = mx.mqa_logits_mxfp4_config(device, heads=64, page_size=16, max_rows=prob.rows + 1,
+                                       max_seqs=prob.num_seqs, max_qlen=2, max_seq_len=prob.max_seq_len)
+    sched = mx.mqa_logits_mxfp4_schedule(other, prob.query_start_loc, prob.row_ends)
+    with pytest.raises(ScheduleError, match="schedule was built for another config"):
+        _call(args, cfg=cfg, out=out, schedule=sched)
+    sched = mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc.clone(), prob.row_ends)
+    with pytest.raises(ScheduleError, match="schedule was built from other tensors: query_start_loc"):
+        _call(args, cfg=cfg, out=out, schedule=sched)
+    sched = mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc, prob.row_ends[:-1])
+    with pytest.raises(ScheduleError, match="schedule was built from other tensors: row_ends"):
+        _call(args, cfg=cfg, out=out, schedule=sched)
+    with pytest.raises(InputError, match=r"buffers must be cfg.schedule_buffers\(\)"):
+        mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc, prob.row_ends,
+                                     buffers=torch.empty(3, 8, dtype=torch.int32, device=device))
+    assert bool((out == POISON).all())
+
+
+def test_config_errors_list_backends_and_reasons(monkeypatch):
+    with pytest.raises(MqaLogitsError, match=r"(?s)no backend can serve .*triton: .*heads in \(16, 32, 64, 128\); got 24.*opus: build: the opus C\+\+ kernels"):
+        mx.mqa_logits_mxfp4_config("cpu", heads=24, page_size=64, max_rows=1, max_seqs=1, max_seq_len=64)
+    monkeypatch.setenv("MQA_LOGITS_MXFP4_BACKEND", "nope")
+    mx.reload()
+    try:
+        with pytest.raises(MqaLogitsError, match="is not a backend; valid: auto, opus, flydsl, triton"):
+            mx.mqa_logits_mxfp4_config("cpu", heads=64, max_rows=1, max_seqs=1, max_seq_len=64)
+        monkeypatch.setenv("MQA_LOGITS_MXFP4_BACKEND", "opus")
+        mx.reload()
+        with pytest.raises(MqaLogitsError, match="pinned backend opus .* cannot serve"):
+            mx.mqa_logits_mxfp4_config("cpu", heads=64, max_rows=1, max_seqs=1, max_seq_len=64)
+    finally:
+        monkeypatch.delenv("MQA_LOGITS_MXFP4_BACKEND")
+        mx.reload()
+
+
+def test_debug_mode_checks_the_caller_contract(monkeypatch):
+    prob, cfg, out, args = _setup("cpu")
+    monkeypatch.setenv("MQA_LOGITS_MXFP4_DEBUG", "1")
+    mx.reload()
+    try:
+        bad = prob.row_ends.clone()
+        bad[0] = cfg.max_seq_len + 1
+        with pytest.raises(InputError, match=r"row_ends must lie in \[0, cfg.max_seq_len"):
+            _call({**args, "row_ends": bad}, cfg=cfg, out=out)
+        bad_qsl = prob.query_start_loc.clone()
+        bad_qsl[-1] = prob.rows + 1
+        with pytest.raises(InputError, match=r"query_start_loc\[-1\] must be <= rows"):
+            _call({**args, "query_start_loc": bad_qsl}, cfg=cfg, out=out)
+        assert bool((out == POISON).all())
+    finally:
+        monkeypatch.delenv("MQA_LOGITS_MXFP4_DEBUG")
+        mx.reload()

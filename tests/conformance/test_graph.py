@@ -1,0 +1,126 @@
+"""Graph safety: the op's host path never reads device data; CUDA graphs replay with inputs
+refreshed in place; torch.compile(fullgraph=True) traces through the custom op."""
+
+import contextlib
+import os
+import sys
+
+import pytest
+import torch
+
+import mqa_logits_mxfp4 as mx
+from mqa_logits_mxfp4.reference import compare_to_reference, mqa_logits_reference
+
+from .common import DEVICES, MODES, POISON, build, candidates, config, need_device, run
+
+PKG = os.path.dirname(mx.__file__)
+_READS = ("item", "tolist", "cpu", "numpy", "nonzero", "unique", "__bool__", "__int__", "__float__",
+          "__index__")
+
+
+@contextlib.contextmanager
+def no_host_reads():
+    """Raise on a host read of tensor data made by the package's own code (not by Triton's
+    interpreter, which is how kernels run on the CPU)."""
+    saved = {}
+
+    def trap(name, orig):
+        def wrapper(*a, **k):
+            f = sys._getframe(1)
+            if f.f_code.co_filename.startswith(PKG):
+                raise AssertionError(f"host read of device data: Tensor.{name} at "
+                                     f"{f.f_code.co_filename}:{f.f_lineno}")
+            return orig(*a, **k)
+        return wrapper
+
+    for name in _READS:
+        saved[name] = getattr(torch.Tensor, name)
+        setattr(torch.Tensor, name, trap(name, saved[name]))
+    saved_sync = torch.cuda.synchronize
+    torch.cuda.synchronize = trap("cuda.synchronize", saved_sync)
+    try:
+        yield
+    finally:
+        for name, orig in saved.items():
+            setattr(torch.Tensor, name, orig)
+        torch.cuda.synchronize = saved_sync
+
+
+def test_trap_catches_a_planted_read():
+    t = torch.ones(3)
+    planted = compile("t.sum().item()", os.path.join(PKG, "dispatch", "api.py"), "eval")
+    with no_host_reads(), pytest.raises(AssertionError, match="host read of device data: Tensor.item"):
+        eval(planted, {"t": t})
+    assert eval(planted, {"t": t}) == 3.0  # and the trap is gone afterwards
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", MODES)
+def test_op_path_reads_no_device_data(mode, device):
+    need_device(device)
+    prob = build("v41_full", device, seed=31)
+    pair = candidates()[0].values[0]
+    cfg = config(prob, pair, mode)
+    flat = torch.full((prob.rows * (cfg.max_seq_len + 1),), POISON, device=device)
+    offs = torch.arange(prob.rows, device=device, dtype=torch.int64) * (cfg.max_seq_len + 1)
+    with no_host_reads():
+        out = run(prob, cfg, mode)
+        run(prob, cfg, mode, out=flat, out_offsets=offs)
+        mx.mqa_logits_mxfp4(*prob.args(), cfg=cfg)  # allocating path
+    ref = mqa_logits_reference(*prob.args(), max_seq_len=cfg.max_seq_len, pages_per_block=prob.pages_per_block)
+    assert compare_to_reference(out, ref) == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph(device):
+    need_device(device)
+    prob = build("v4_decode", device, seed=37)
+    cfg = mx.mqa_logits_mxfp4_config(device, heads=64, page_size=16, max_rows=prob.rows,
+                                     max_seqs=prob.num_seqs, max_qlen=2, max_seq_len=prob.max_seq_len)
+
+    def step(*args):
+        out = mx.mqa_logits_mxfp4(*args, cfg=cfg)
+        return torch.nan_to_num(out, neginf=-1.0)  # something after the op, in the same graph
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    got = compiled(*prob.args())
+    want = step(*prob.args())
+    assert torch.equal(got, want)
+    assert bool((got[:prob.live_rows] != -1.0).any())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("pair", candidates())
+def test_cuda_graph_replay_with_inputs_refreshed_in_place(pair, mode):
+    prob = build("v4_decode", "cuda", seed=41)
+    cfg = config(prob, pair, mode)
+    out = torch.full((prob.rows, cfg.max_seq_len), POISON, device="cuda")
+    buffers = cfg.schedule_buffers()
+
+    def step():
+        sched = (mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc, prob.row_ends, buffers=buffers)
+                 if mode == "table" else None)
+        mx.mqa_logits_mxfp4(*prob.args(), cfg=cfg, schedule=sched, out=out)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # warm up: compile and load outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for seed in (43, 47):  # new data, same shapes, copied into the captured tensors
+        fresh = build("v4_decode", "cuda", seed=seed)
+        for name in ("q", "q_scale", "kv_cache", "kv_scale", "weights", "block_tables",
+                     "query_start_loc", "row_ends"):
+            getattr(prob, name).copy_(getattr(fresh, name))
+        out.fill_(POISON)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = run(fresh, cfg, mode)
+        assert torch.equal(out, want[:out.shape[0], :out.shape[1]])
+        ref = mqa_logits_reference(*fresh.args(), max_seq_len=cfg.max_seq_len)
+        assert compare_to_reference(out, ref) == []
