@@ -69,6 +69,12 @@ def _fmt(reasons: list[Reason]) -> str:
     return "; ".join(str(r) for r in reasons)
 
 
+def _no_instance(backend, key: ProblemKey) -> str:
+    """Why none of a backend's instances fits: each instance's reasons (they name it)."""
+    why = [_fmt(r) for i in backend.instances() if (r := backend.instance_supports(i, key))]
+    return "no instance fits: " + ("; ".join(why) or "it has no instances")
+
+
 def _default_mode(key: ProblemKey, inst: Instance) -> str:
     """Schedule-free mode when only the instance is given: Free for decode, else Prefill."""
     return "free" if key.max_qlen <= 8 else "prefill"
@@ -111,7 +117,8 @@ def _pinned(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
             continue
         return make_config(key, backend, inst, mode, f"{what}, its default rule for {key.arch}",
                            notes=tuple(tried))
-    raise PinnedBackendError(f"{what} has no instance for {key!r}: " + ("; ".join(tried) or "none fits"))
+    raise PinnedBackendError(f"{what} has no instance for {key!r}: "
+                             + "; ".join(tried + [_no_instance(backend, key)]))
 
 
 def decide(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
@@ -131,7 +138,8 @@ def _auto(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
         try:
             backend = registry.get(row.backend)
             inst = next((i for i in backend.instances() if i.name == row.instance), None)
-            reasons = (_unfit(backend, inst, key) if inst is not None
+            # an unavailable backend lists no instances: report why it is unavailable instead
+            reasons = (_unfit(backend, inst, key) if inst is not None or backend.available()
                        else [Reason("instance", f"{row.backend} has no instance {row.instance!r}")])
         except KeyError:
             reasons = [Reason("backend", f"no backend named {row.backend!r}")]
@@ -146,7 +154,11 @@ def _auto(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
         notes.append(f"tuned row {row.source} skipped: {_fmt(reasons)}")
         log.info("mqa_logits_mxfp4: %s", notes[-1])
     everyone = []
-    for name in _PREFERENCE.get(key.arch, _DEFAULT_PREFERENCE):
+    # Every backend is asked (the arch's preference first), so that explain() and the error
+    # list each one with its reasons.
+    preferred = _PREFERENCE.get(key.arch, _DEFAULT_PREFERENCE)
+    order = preferred + tuple(n for n in registry.names() if n not in preferred)
+    for pos, name in enumerate(order):
         backend = registry.get(name)
         reasons = _unfit(backend, None, key)
         if reasons:
@@ -159,7 +171,9 @@ def _auto(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
             if bad:
                 everyone.append(f"{name}/{inst.name}: self-check failed: {bad}")
                 continue
+            later = [f"{n}: {_fmt(r)}" for n in order[pos + 1:]
+                     if (r := _unfit(registry.get(n), None, key))]
             return make_config(key, backend, inst, mode, f"default rule for {key.arch}",
-                               notes=tuple(notes + everyone))
-        everyone.append(f"{name}: no instance fits")
+                               notes=tuple(notes + everyone + later))
+        everyone.append(f"{name}: {_no_instance(backend, key)}")
     raise NoBackendError(f"no backend can serve {key!r}:\n  " + "\n  ".join(notes + everyone))
