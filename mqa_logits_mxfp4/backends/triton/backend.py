@@ -109,7 +109,8 @@ class TritonBackend:
             HEADS=cfg.heads, LOG2_H=cfg.heads.bit_length() - 1, D=cfg.head_dim,
             PAGE=cfg.page_size, PPB=cfg.pages_per_block, GATHER=cfg.gather, R=inst.rows,
             BLOCK_N=inst.block_n, MMA=_MMA[inst.family], MODE=_MODE[mode], PARTS=cfg.prefill_grid[1],
-            SEQ_P2=triton.next_power_of_2(cfg.max_seqs), FLAT_OUT=flat, INTERP=interpreting(),
+            SEQ_P2=triton.next_power_of_2(cfg.max_seqs) if mode == "free" else 1,  # Free only
+            FLAT_OUT=flat, INTERP=interpreting(),
             num_warps=inst.warps, num_stages=inst.stages, enable_fp_fusion=False)
 
     @staticmethod

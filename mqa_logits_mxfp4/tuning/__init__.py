@@ -1,0 +1,1 @@
+"""Tuning and benchmarking: timing, the torch reference path, shape suites."""

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: install, run the gpu-marked suite, then the quick benchmark.
+# Usage: bash scripts/device_check.sh [tests|bench|all]   (logs and CSVs go to $OUT or ./device-out)
+set -uo pipefail
+out=${OUT:-device-out}; mkdir -p "$out"
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache} PYTHONUNBUFFERED=1
+unset TRITON_INTERPRET
+what=${1:-all}
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/pip.log" 2>&1 || { cat "$out/pip.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+rc=0
+if [[ $what == tests || $what == all ]]; then
+  python3 -m pytest -m gpu -q -n "${WORKERS:-8}" -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$out/pytest_gpu.log" | tail -40
+  rc=$((rc | ${PIPESTATUS[0]}))
+fi
+if [[ $what == bench || $what == all ]]; then
+  python3 -m mqa_logits_mxfp4.tuning.quick_bench --csv "$out/bench.csv" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log"
+  rc=$((rc | ${PIPESTATUS[0]}))
+fi
+exit $rc
