@@ -64,7 +64,7 @@ def build(geometry: str, device: str, seed: int = 0, grow: int | None = None, **
     spec["seqs"] = [(ctx * grow, rows * (grow // 4 if rows > 4 and grow > 1 else 1))
                     for ctx, rows in spec["seqs"]]
     gen = torch.Generator().manual_seed(seed)
-    return make_problem(**spec, scale_exponents=(107, 147), pad_rows=2, table_pad=1,
+    return make_problem(**spec, scale_exponents=(107, 147), pad_rows=2, table_pad=3,
                         generator=gen, device=device)
 
 
