@@ -105,7 +105,7 @@ def test_env_pinned_backend_without_fitting_instance(monkeypatch):
     assert "fp8_r1n64w4s2 needs page_size in (8, 16, 32, 64, 128); got 12" in msg
 
 
-@pytest.mark.parametrize("name", ["bf16_r2n64w4s2", "scaled_r4n64w8s2"])
+@pytest.mark.parametrize("name", ["f16_r2n64w4s2", "scaled_r4n64w8s2"])
 def test_env_instance_pins(monkeypatch, name):
     setenv(monkeypatch, INSTANCE=name)
     cfg = build()
@@ -115,8 +115,8 @@ def test_env_instance_pins(monkeypatch, name):
 
 
 def test_env_instance_with_matching_backend(monkeypatch):
-    setenv(monkeypatch, BACKEND="triton", INSTANCE="bf16_r1n64w4s2")
-    assert build().instance == "bf16_r1n64w4s2"
+    setenv(monkeypatch, BACKEND="triton", INSTANCE="f16_r1n64w4s2")
+    assert build().instance == "f16_r1n64w4s2"
 
 
 def test_env_unknown_instance_lists_valid(monkeypatch):
@@ -136,7 +136,7 @@ def test_env_instance_of_another_backend(monkeypatch):
 
 @pytest.mark.parametrize("name, bounds, reason", [
     ("fp8_r4n64w8s2", dict(heads=128), "tile: fp8_r4n64w8s2 needs rows x heads <= 256; got 4 x 128"),
-    ("bf16_r8n32w4s2", dict(heads=64), "tile: bf16_r8n32w4s2 needs rows x heads <= 256; got 8 x 64"),
+    ("f16_r8n32w4s2", dict(heads=64), "tile: f16_r8n32w4s2 needs rows x heads <= 256; got 8 x 64"),
     ("fp8_r2n64w4s2", dict(gather=True),
      "gather: gather mode needs a one-row instance (each row has its own table); fp8_r2n64w4s2 has 2"),
     ("fp8_r1n64w4s2", dict(head_dim=64), "head_dim: fp8_r1n64w4s2 needs head_dim in (128, 256); got 64"),
@@ -192,7 +192,7 @@ def test_env_log_once_per_decision(monkeypatch, caplog):
 def test_config_is_frozen_and_hashable():
     cfg = build()
     with pytest.raises(dataclasses.FrozenInstanceError):
-        cfg.instance = "bf16_r1n64w4s2"
+        cfg.instance = "f16_r1n64w4s2"
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.key.heads = 32
     assert cfg.instance == DEFAULT_DECODE and cfg.heads == 64
@@ -295,7 +295,7 @@ def test_cache_keeps_1024_most_recent():
 @pytest.mark.parametrize("bounds, reason", [
     (dict(heads=24), "fp8_r1n64w4s2 needs heads in (16, 32, 64, 128); got 24"),
     (dict(page_size=12), "scaled_r8n32w4s2 needs page_size in (8, 16, 32, 64, 128); got 12"),
-    (dict(head_dim=96), "bf16_r2n64w4s2 needs head_dim in (128, 256); got 96"),
+    (dict(head_dim=96), "f16_r2n64w4s2 needs head_dim in (128,); got 96"),
 ])
 def test_no_backend_lists_every_backend(bounds, reason):
     with pytest.raises(mx.NoBackendError) as e:
@@ -316,7 +316,7 @@ def test_no_backend_lists_every_backend(bounds, reason):
 def tuned_csv(path, **over):
     r = dict(schema_version=1, arch="cpu", cu_num=1, heads=64, head_dim=128, page_size=64,
              pages_per_block=1, gather=0, qlen=1, rows=16, seq_len=1024, backend="triton",
-             instance="bf16_r2n64w4s2", mode="prefill", us=12.5)
+             instance="f16_r2n64w4s2", mode="prefill", us=12.5)
     r.update(over)
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(table.COLUMNS))
@@ -329,7 +329,7 @@ def test_tuned_row_picks(monkeypatch, tmp_path):
     f = tuned_csv(tmp_path / "tuned.csv")
     setenv(monkeypatch, CONFIGS=f)
     cfg = build(max_rows=32, max_seq_len=4096)  # nearest row: rows 16, seq_len 1024
-    assert (cfg.backend, cfg.instance, cfg.mode) == ("triton", "bf16_r2n64w4s2", "prefill")
+    assert (cfg.backend, cfg.instance, cfg.mode) == ("triton", "f16_r2n64w4s2", "prefill")
     assert cfg.source == f"tuned row {f}:2 (prefill, 12.5 us)"
     assert not cfg.recommend_schedule
     assert f"source: tuned row {f}:2" in cfg.explain()
@@ -451,5 +451,5 @@ def test_selfcheck_pass_picks_instance(unvalidated):
 
 
 def test_validated_instance_is_not_checked(unvalidated):
-    launches = unvalidated("bf16_r8n32w4s2", corrupt=True)
+    launches = unvalidated("f16_r8n32w4s2", corrupt=True)
     assert build(**SMALL).instance == DEFAULT_DECODE and launches == []

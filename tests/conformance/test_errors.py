@@ -39,8 +39,6 @@ def _mutations(prob, cfg, out):
                                              max_seqs=prob.num_seqs, max_qlen=2, max_seq_len=cfg.max_seq_len)
     other_page = mx.mqa_logits_mxfp4_config(cfg.device, heads=64, page_size=32, max_rows=rows,
                                             max_seqs=prob.num_seqs, max_qlen=2, max_seq_len=cfg.max_seq_len)
-    other_dim = mx.mqa_logits_mxfp4_config(cfg.device, heads=64, head_dim=256, page_size=16, max_rows=rows,
-                                           max_seqs=prob.num_seqs, max_qlen=2, max_seq_len=cfg.max_seq_len)
     k4 = prob.kv_cache.reshape(prob.kv_cache.shape[0], 4, prob.page_size // 4, -1)
     return [
         ("int64 row_ends", {"row_ends": prob.row_ends.long()}, {}, "row_ends must be torch.int32 (int64 row_ends are rejected"),
@@ -52,7 +50,7 @@ def _mutations(prob, cfg, out):
         ("4-D kv_cache", {"kv_cache": k4}, {}, "MFMA-permuted (preshuffled) layout"),
         ("2-D q", {"q": prob.q.flatten(1)}, {}, "q must be 3-D [rows, heads, head_dim/2]; got 2-D"),
         ("heads", {}, {"cfg": other_heads}, "heads must equal cfg.heads = 32; got 64"),
-        ("head_dim", {}, {"cfg": other_dim}, "head_dim must equal cfg.head_dim = 256; got 128"),
+        ("head_dim", {"q": prob.q[..., :32].contiguous()}, {}, "head_dim must equal cfg.head_dim = 128; got 64"),
         ("page size", {}, {"cfg": other_page}, "page_size must equal cfg.page_size = 32; got 16"),
         ("rows over max_rows", {}, {"cfg": narrow_cfg}, f"rows must be <= cfg.max_rows = {rows - 1}; got {rows}"),
         ("seqs over max_seqs", {}, {"cfg": few_seqs}, f"sequences must be <= cfg.max_seqs = {prob.num_seqs - 1}; got {prob.num_seqs}"),

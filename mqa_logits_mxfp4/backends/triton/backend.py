@@ -7,14 +7,14 @@ import math
 import triton
 
 from ..base import Instance, Reason, ok_if
-from .instances import INSTANCES
+from .instances import ACC_PER_THREAD, INSTANCES
 
 DECODE_MAX_QLEN = 8    # up to this many rows a sequence, the default rule treats a call as decode
 MAX_COLS = 256          # rows x heads of one tile: the MMA's N and the accumulator's width
-_MMA = {"fp8": 0, "bf16": 1, "scaled": 2}
+_MMA = {"fp8": 0, "f16": 1, "scaled": 2}
 _MODE = {"table": 0, "free": 1, "prefill": 2}
 _PREFERRED_FAMILY = {"gfx950": "scaled", "gfx1250": "scaled", "sm_100": "scaled", "sm_103": "scaled",
-                     "gfx942": "bf16", "gfx90a": "bf16", "sm_80": "bf16", "sm_86": "bf16"}
+                     "gfx942": "f16", "gfx90a": "f16", "sm_80": "f16", "sm_86": "f16"}
 
 
 def _kernels():
@@ -58,6 +58,9 @@ class TritonBackend:
              f"{inst.name} needs page_size in {inst.page_sizes}; got {key.page_size}"),
             (inst.rows * key.heads <= MAX_COLS, "tile",
              f"{inst.name} needs rows x heads <= {MAX_COLS}; got {inst.rows} x {key.heads}"),
+            (inst.rows * key.heads * inst.block_n <= ACC_PER_THREAD * 32 * inst.warps, "registers",
+             f"{inst.name} holds rows x heads x keys = {inst.rows * key.heads * inst.block_n} accumulators; "
+             f"at most {ACC_PER_THREAD * 32 * inst.warps} fit its {inst.warps} warps"),
             (not key.gather or inst.rows == 1, "gather",
              f"gather mode needs a one-row instance (each row has its own table); {inst.name} has {inst.rows}"),
         ]
@@ -70,7 +73,7 @@ class TritonBackend:
         """Per-arch default rule: the preferred family, the fewest rows that hold a sequence's
         rows (decode, Free) or the widest tile (prefill, Prefill)."""
         family = _PREFERRED_FAMILY.get(key.arch, "fp8")
-        order = [family] + [f for f in ("fp8", "bf16", "scaled") if f != family]
+        order = [family] + [f for f in ("fp8", "f16", "scaled") if f != family]
         picks = []
         for fam in order:
             cands = [i for i in INSTANCES if i.family == fam and not self.instance_supports(i, key)]

@@ -19,7 +19,7 @@ MODE_FREE: tl.constexpr = tl.constexpr(1)
 MODE_PREFILL: tl.constexpr = tl.constexpr(2)
 
 MMA_FP8: tl.constexpr = tl.constexpr(0)
-MMA_BF16: tl.constexpr = tl.constexpr(1)
+MMA_F16: tl.constexpr = tl.constexpr(1)
 MMA_SCALED: tl.constexpr = tl.constexpr(2)
 
 RECORD_INTS: tl.constexpr = tl.constexpr(8)
@@ -32,43 +32,55 @@ def _e8m0_to_f32(s):
     return bits.to(tl.float32, bitcast=True)
 
 
-@triton.jit
-def _e2m1_to_e4m3(c):
-    # exact: E2M1 magnitudes 0.5..6 are E4M3 normals
-    c = c.to(tl.int32)
-    mag = c & 7
-    bits = tl.where(mag >= 2, (mag + 12) << 2, tl.where(mag == 1, 0x30, 0)) | ((c & 8) << 4)
-    return bits.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+# E2M1 bits placed straight into the exponent/mantissa fields of a wider float give the value
+# times a power of two, exactly: E2M1's subnormal 0.5 lands on the wider format's subnormal.
+# E4M3: value * 2^-6; FP16: value * 2^-14. A block partial of two such operands is undone by
+# one exact multiply.
+FP8_UNDO: tl.constexpr = tl.constexpr(4096.0)           # 2^12
+F16_UNDO: tl.constexpr = tl.constexpr(268435456.0)      # 2^28
 
 
 @triton.jit
-def _e2m1_to_bf16(c):
-    c = c.to(tl.int32)
-    mag = c & 7
-    bits = tl.where(mag >= 2, (mag + 252) << 6, tl.where(mag == 1, 0x3F00, 0)) | ((c & 8) << 12)
-    return bits.to(tl.int16).to(tl.bfloat16, bitcast=True)
-
-
-@triton.jit
-def _unpack_codes(packed):
-    # [M, 16] bytes -> [M, 32] E2M1 codes in element order (low nibble = even element)
-    return tl.interleave(packed & 0xF, packed >> 4)
-
-
-@triton.jit
-def _block_partial(kb, qb, MMA: tl.constexpr, INTERP: tl.constexpr):
-    """Exact raw partial sums of one 32-element block: [N, 16] x [C, 16] bytes -> [N, C] fp32."""
-    kc = _unpack_codes(kb)
-    qc = _unpack_codes(qb)
+def _operand(codes, MMA: tl.constexpr):
+    """E2M1 codes (uint8 0..15) -> MMA operand holding value * 2^-6 (fp8) or * 2^-14 (fp16)."""
     if MMA == MMA_FP8:
-        return tl.dot(_e2m1_to_e4m3(kc), tl.trans(_e2m1_to_e4m3(qc)), out_dtype=tl.float32)
+        return (((codes & 7) << 2) | ((codes & 8) << 4)).to(tl.float8e4nv, bitcast=True)
     else:
-        k16 = _e2m1_to_bf16(kc)
-        q16 = tl.trans(_e2m1_to_bf16(qc))
-        if INTERP:  # the interpreter multiplies bf16 bit patterns; fp32 is exact here too
-            return tl.dot(k16.to(tl.float32), q16.to(tl.float32), input_precision="ieee")
-        else:
-            return tl.dot(k16, q16, out_dtype=tl.float32)
+        c = codes.to(tl.int16)
+        return (((c & 7) << 9) | ((c & 8) << 12)).to(tl.float16, bitcast=True)
+
+
+@triton.jit
+def _unpack(packed, MMA: tl.constexpr):
+    """[M, 16] bytes -> [M, 32] operand in element order (low nibble = even element)."""
+    return _operand(tl.interleave(packed & 0xF, packed >> 4), MMA)
+
+
+@triton.jit
+def _q_block(q_ptr, qs_ptr, qhead, cmask, blk: tl.constexpr, DB: tl.constexpr, NB: tl.constexpr,
+             MMA: tl.constexpr):
+    """One scale block of the group's queries: ([32, C] operand, [C] fp32 scale)."""
+    b16 = tl.arange(0, 16)
+    qb = tl.load(q_ptr + qhead[:, None] * DB + blk * 16 + b16[None, :], mask=cmask[:, None], other=0)
+    qsc = _e8m0_to_f32(tl.load(qs_ptr + qhead * NB + blk, mask=cmask, other=127))
+    return tl.trans(_unpack(qb, MMA)), qsc
+
+
+@triton.jit
+def _k_term(kv_ptr, ks_ptr, slot, kmask, blk: tl.constexpr, qop, qsc, DB: tl.constexpr,
+            NB: tl.constexpr, MMA: tl.constexpr, INTERP: tl.constexpr):
+    """docs/numerics.md steps 1-2 for one block: [N, C] fp32 terms P * sk * sq."""
+    b16 = tl.arange(0, 16)
+    kb = tl.load(kv_ptr + slot[:, None] * DB + blk * 16 + b16[None, :], mask=kmask[:, None], other=0)
+    ksc = _e8m0_to_f32(tl.load(ks_ptr + slot * NB + blk, mask=kmask, other=127))
+    kop = _unpack(kb, MMA)
+    if MMA == MMA_FP8:
+        p = tl.dot(kop, qop, out_dtype=tl.float32) * FP8_UNDO
+    elif INTERP:  # keep the interpreter's dot in fp32 (it is exact here too)
+        p = tl.dot(kop.to(tl.float32), qop.to(tl.float32), input_precision="ieee") * F16_UNDO
+    else:
+        p = tl.dot(kop, qop, out_dtype=tl.float32) * F16_UNDO
+    return (p * ksc[:, None]) * qsc[None, :]
 
 
 @triton.jit
@@ -122,33 +134,31 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
     else:
         bt_row = bt_ptr + b.to(tl.int64) * stride_bt
 
-    b16 = tl.arange(0, 16)
+    if MMA != MMA_SCALED:  # the group's query operands stay in registers for all its tiles
+        tl.static_assert(NB == 4, "the fp8/f16 families are written for head_dim 128")
+        q0, sq0 = _q_block(q_ptr, qs_ptr, qhead, cmask, 0, DB, NB, MMA)
+        q1, sq1 = _q_block(q_ptr, qs_ptr, qhead, cmask, 1, DB, NB, MMA)
+        q2, sq2 = _q_block(q_ptr, qs_ptr, qhead, cmask, 2, DB, NB, MMA)
+        q3, sq3 = _q_block(q_ptr, qs_ptr, qhead, cmask, 3, DB, NB, MMA)
+    else:
+        bD = tl.arange(0, DB)
+        bS = tl.arange(0, NB)
+        qb = tl.load(q_ptr + qhead[:, None] * DB + bD[None, :], mask=cmask[:, None], other=0)
+        qsc = tl.load(qs_ptr + qhead[:, None] * NB + bS[None, :], mask=cmask[:, None], other=127)
     for t in range(t0, t1):
         keys = t * BLOCK_N + tl.arange(0, BLOCK_N)
         kmask = keys < gend
         entry = tl.load(bt_row + keys // (PAGE * PPB), mask=kmask, other=0)
         slot = (entry.to(tl.int64) * PPB + (keys // PAGE) % PPB) * PAGE + keys % PAGE
         if MMA == MMA_SCALED:
-            bD = tl.arange(0, DB)
-            bS = tl.arange(0, NB)
             kb = tl.load(kv_ptr + slot[:, None] * DB + bD[None, :], mask=kmask[:, None], other=0)
             ksc = tl.load(ks_ptr + slot[:, None] * NB + bS[None, :], mask=kmask[:, None], other=127)
-            qb = tl.load(q_ptr + qhead[:, None] * DB + bD[None, :], mask=cmask[:, None], other=0)
-            qsc = tl.load(qs_ptr + qhead[:, None] * NB + bS[None, :], mask=cmask[:, None], other=127)
             s = tl.dot_scaled(kb, ksc, "e2m1", tl.trans(qb), qsc, "e2m1")
-        else:
-            for blk in tl.static_range(NB):
-                kb = tl.load(kv_ptr + slot[:, None] * DB + blk * 16 + b16[None, :],
-                             mask=kmask[:, None], other=0)
-                qb = tl.load(q_ptr + qhead[:, None] * DB + blk * 16 + b16[None, :],
-                             mask=cmask[:, None], other=0)
-                ksc = _e8m0_to_f32(tl.load(ks_ptr + slot * NB + blk, mask=kmask, other=127))
-                qsc = _e8m0_to_f32(tl.load(qs_ptr + qhead * NB + blk, mask=cmask, other=127))
-                term = (_block_partial(kb, qb, MMA, INTERP) * ksc[:, None]) * qsc[None, :]
-                if blk == 0:
-                    s = term
-                else:
-                    s = s + term
+        else:  # docs/numerics.md step 3: left to right
+            s = _k_term(kv_ptr, ks_ptr, slot, kmask, 0, q0, sq0, DB, NB, MMA, INTERP)
+            s = s + _k_term(kv_ptr, ks_ptr, slot, kmask, 1, q1, sq1, DB, NB, MMA, INTERP)
+            s = s + _k_term(kv_ptr, ks_ptr, slot, kmask, 2, q2, sq2, DB, NB, MMA, INTERP)
+            s = s + _k_term(kv_ptr, ks_ptr, slot, kmask, 3, q3, sq3, DB, NB, MMA, INTERP)
         x = tl.maximum(s, 0.0, propagate_nan=tl.PropagateNan.ALL)
         v = _weighted_head_sum(x, w, BLOCK_N, R, HEADS, LOG2_H)
         smask = (keys[:, None] < rend[None, :]) & rmask[None, :]
