@@ -265,8 +265,9 @@ EXPECTED_MMA = {
     ("sm_100", 1): r"UTCHMMA",
     ("sm_100", 2): r"UTCOMMA",  # native MXFP4 tcgen05 (kind::mxf4), not an emulation
 }
-# (instance, target) -> why its spill is accepted for now, with what `isa` measured.
-# Every other (instance, target) is production: a spill there fails the command.
+# (instance, target) -> why its spill is accepted for now, with what `isa` measured and the
+# triton version. Every other (instance, target) is production: a spill there fails the command.
+# Empty: no instance spilled at sm_90 / gfx950 under triton 3.9.0 (CI's).
 EXPECTED_SPILLS: dict[tuple[str, str], str] = {}
 # (mode, SEQ_P2): SEQ_P2 (next_power_of_2(max_seqs)) shapes Free mode's work split and moves
 # register use a lot, so Free compiles for a small and a large decode batch; Prefill ignores it.
@@ -444,7 +445,8 @@ def _cmd_isa(args, parser) -> int:
         with open(args.json, "w") as f:
             json.dump(dict(triton=triton.__version__, wall_s=round(wall, 1), records=records), f, indent=1)
     failed = [r for r in records if r["problems"]]
-    print(f"isa: {'FAIL' if failed else 'PASS'} ({len(records) - len(failed)}/{len(records)} ok, {wall:.1f} s)")
+    verdict = "FAIL" if failed else "PASS"
+    print(f"isa: {verdict} ({len(records) - len(failed)}/{len(records)} ok, {wall:.1f} s)")
     return 1 if failed else 0
 
 
