@@ -14,7 +14,7 @@ import torch
 import mqa_logits_mxfp4 as mx
 from mqa_logits_mxfp4.backends.triton import backend as triton_backend
 from mqa_logits_mxfp4.backends.triton import instances as triton_instances
-from mqa_logits_mxfp4.dispatch import config, env, table
+from mqa_logits_mxfp4.dispatch import config, env, registry, table
 from mqa_logits_mxfp4.dispatch.schedule import RECORD_INTS
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
@@ -59,7 +59,7 @@ def test_default_pick():
     assert (cfg.backend, cfg.instance, cfg.mode) == ("triton", DEFAULT_DECODE, "free")
     assert cfg.source == "default rule for cpu"
     prefill = build(heads=128, max_rows=64, max_qlen=16)
-    assert prefill.mode == "prefill" and prefill.instance == "fp8_r2n64w4s2"  # widest tile with 2x128 <= 256
+    assert prefill.mode == "prefill" and prefill.instance == "fp8_r1n64w8s2"  # widest whose accumulator fits
 
 
 @pytest.mark.parametrize("value", ["triton", " Triton "])
@@ -77,7 +77,7 @@ def test_env_backend_auto(monkeypatch):
 
 @pytest.mark.parametrize("name, reason", [
     ("opus", "build: the opus C++ kernels are not in this version"),
-    ("flydsl", "install: flydsl is not installed"),
+    ("flydsl", str(registry.get("flydsl").available())),
 ])
 def test_env_pinned_unavailable_backend_raises(monkeypatch, name, reason):
     setenv(monkeypatch, BACKEND=name)
@@ -105,7 +105,7 @@ def test_env_pinned_backend_without_fitting_instance(monkeypatch):
     assert "fp8_r1n64w4s2 needs page_size in (8, 16, 32, 64, 128); got 12" in msg
 
 
-@pytest.mark.parametrize("name", ["f16_r2n64w4s2", "scaled_r4n64w8s2"])
+@pytest.mark.parametrize("name", ["f16_r2n64w8s2", "scaled_r2n64w8s2"])
 def test_env_instance_pins(monkeypatch, name):
     setenv(monkeypatch, INSTANCE=name)
     cfg = build()
@@ -136,10 +136,10 @@ def test_env_instance_of_another_backend(monkeypatch):
 
 @pytest.mark.parametrize("name, bounds, reason", [
     ("fp8_r4n64w8s2", dict(heads=128), "tile: fp8_r4n64w8s2 needs rows x heads <= 256; got 4 x 128"),
-    ("f16_r8n32w4s2", dict(heads=64), "tile: f16_r8n32w4s2 needs rows x heads <= 256; got 8 x 64"),
-    ("fp8_r2n64w4s2", dict(gather=True),
-     "gather: gather mode needs a one-row instance (each row has its own table); fp8_r2n64w4s2 has 2"),
-    ("fp8_r1n64w4s2", dict(head_dim=64), "head_dim: fp8_r1n64w4s2 needs head_dim in (128, 256); got 64"),
+    ("f16_r8n64w8s2", dict(heads=64), "tile: f16_r8n64w8s2 needs rows x heads <= 256; got 8 x 64"),
+    ("fp8_r2n64w8s2", dict(gather=True),
+     "gather: gather mode needs a one-row instance (each row has its own table); fp8_r2n64w8s2 has 2"),
+    ("fp8_r1n64w4s2", dict(head_dim=64), "head_dim: fp8_r1n64w4s2 needs head_dim in (128,); got 64"),
 ])
 def test_env_pinned_instance_that_cannot_serve(monkeypatch, name, bounds, reason):
     setenv(monkeypatch, INSTANCE=name)
@@ -255,7 +255,7 @@ def test_explain_names_pick_source_and_rejected_backends():
     assert "source: default rule for cpu" in text
     assert f"block_table_width {cfg.block_table_width}" in text
     assert "opus: build: the opus C++ kernels are not in this version" in text
-    assert "flydsl: install: flydsl is not installed" in text
+    assert f"flydsl: {registry.get('flydsl').available()}" in text
     assert mx.explain("cpu", **BOUNDS) == text
 
 
@@ -294,8 +294,8 @@ def test_cache_keeps_1024_most_recent():
 
 @pytest.mark.parametrize("bounds, reason", [
     (dict(heads=24), "fp8_r1n64w4s2 needs heads in (16, 32, 64, 128); got 24"),
-    (dict(page_size=12), "scaled_r8n32w4s2 needs page_size in (8, 16, 32, 64, 128); got 12"),
-    (dict(head_dim=96), "f16_r2n64w4s2 needs head_dim in (128,); got 96"),
+    (dict(page_size=12), "scaled_r8n64w8s2 needs page_size in (8, 16, 32, 64, 128); got 12"),
+    (dict(head_dim=96), "f16_r2n64w8s2 needs head_dim in (128,); got 96"),
 ])
 def test_no_backend_lists_every_backend(bounds, reason):
     with pytest.raises(mx.NoBackendError) as e:
@@ -306,7 +306,7 @@ def test_no_backend_lists_every_backend(bounds, reason):
     assert [ln.strip().split(":")[0] for ln in lines] == ["triton", "opus", "flydsl"]
     assert reason in msg
     assert "opus: build: the opus C++ kernels are not in this version" in msg
-    assert "flydsl: install: flydsl is not installed" in msg
+    assert f"flydsl: {registry.get('flydsl').available()}" in msg
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,7 +316,7 @@ def test_no_backend_lists_every_backend(bounds, reason):
 def tuned_csv(path, **over):
     r = dict(schema_version=1, arch="cpu", cu_num=1, heads=64, head_dim=128, page_size=64,
              pages_per_block=1, gather=0, qlen=1, rows=16, seq_len=1024, backend="triton",
-             instance="f16_r2n64w4s2", mode="prefill", us=12.5)
+             instance="f16_r2n64w8s2", mode="prefill", us=12.5)
     r.update(over)
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(table.COLUMNS))
@@ -329,7 +329,7 @@ def test_tuned_row_picks(monkeypatch, tmp_path):
     f = tuned_csv(tmp_path / "tuned.csv")
     setenv(monkeypatch, CONFIGS=f)
     cfg = build(max_rows=32, max_seq_len=4096)  # nearest row: rows 16, seq_len 1024
-    assert (cfg.backend, cfg.instance, cfg.mode) == ("triton", "f16_r2n64w4s2", "prefill")
+    assert (cfg.backend, cfg.instance, cfg.mode) == ("triton", "f16_r2n64w8s2", "prefill")
     assert cfg.source == f"tuned row {f}:2 (prefill, 12.5 us)"
     assert not cfg.recommend_schedule
     assert f"source: tuned row {f}:2" in cfg.explain()
@@ -369,7 +369,7 @@ def test_unusable_tuned_row_is_skipped(monkeypatch, tmp_path, caplog, over, reas
         cfg = build(heads=heads)
     note = f"tuned row {f}:2 skipped: {reason}"
     assert cfg.source == "default rule for cpu"
-    assert cfg.instance == DEFAULT_DECODE
+    assert cfg.instance == (DEFAULT_DECODE if heads == 64 else "fp8_r1n64w8s2")  # 1 x 128 needs 8 warps
     assert note in cfg.explain()
     assert any(note in r.getMessage() for r in caplog.records)
 
@@ -411,7 +411,7 @@ def test_selfcheck_failure_disables_instance(unvalidated, caplog, monkeypatch):
     launches = unvalidated(DEFAULT_DECODE, corrupt=True)
     with caplog.at_level(logging.WARNING, logger="mqa_logits_mxfp4"):
         cfg = build(**SMALL)
-    assert cfg.instance == "fp8_r2n64w4s2" and cfg.source == "default rule for cpu"
+    assert cfg.instance == "fp8_r1n64w8s2" and cfg.source == "default rule for cpu"
     assert launches == [(DEFAULT_DECODE, "table")]  # stops at the first mismatch
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1
@@ -421,7 +421,7 @@ def test_selfcheck_failure_disables_instance(unvalidated, caplog, monkeypatch):
 
     # disabled for the process: another config does not re-run the check
     other = build(**{**SMALL, "max_seq_len": 200})
-    assert other.instance == "fp8_r2n64w4s2" and len(launches) == 1
+    assert other.instance == "fp8_r1n64w8s2" and len(launches) == 1
     # and a pin of the failed instance raises with the mismatch (settings re-read; the
     # self-check result is kept, since reload() would drop it)
     monkeypatch.setenv("MQA_LOGITS_MXFP4_INSTANCE", DEFAULT_DECODE)
@@ -451,5 +451,5 @@ def test_selfcheck_pass_picks_instance(unvalidated):
 
 
 def test_validated_instance_is_not_checked(unvalidated):
-    launches = unvalidated("f16_r8n32w4s2", corrupt=True)
+    launches = unvalidated("f16_r8n64w8s2", corrupt=True)
     assert build(**SMALL).instance == DEFAULT_DECODE and launches == []

@@ -62,14 +62,14 @@ def test_columns_and_bucket():
 
 def test_read_table_values(tmp_path):
     f = write_csv(tmp_path / "t.csv", [row(), row(gather="true", qlen=4, mode="prefill", us=2.5,
-                                                 instance="bf16_r4n64w8s2")])
+                                                 instance="f16_r4n64w8s2")])
     before = f.read_bytes()
     rows = table.read_table(f)
     assert [r.source for r in rows] == [f"{f}:2", f"{f}:3"]
     assert rows[0].key == ("cpu", 1, 64, 128, 64, 1, False, 1, 16, 1024)
     assert rows[1].key == ("cpu", 1, 64, 128, 64, 1, True, 4, 16, 1024)
     assert (rows[1].backend, rows[1].instance, rows[1].mode, rows[1].us) == \
-        ("triton", "bf16_r4n64w8s2", "prefill", 2.5)
+        ("triton", "f16_r4n64w8s2", "prefill", 2.5)
     table.lookup(problem(), (str(f),))
     assert f.read_bytes() == before  # tables are never rewritten
 
@@ -135,13 +135,13 @@ def test_base_collision_names_both_files(tmp_path):
 
 
 def test_overrides_replace_last_wins(tmp_path):
-    base = write_csv(tmp_path / "base.csv", [row(), row(rows=64, instance="fp8_r2n64w4s2")])
+    base = write_csv(tmp_path / "base.csv", [row(), row(rows=64, instance="fp8_r2n64w8s2")])
     o1 = write_csv(tmp_path / "o1.csv", [row(instance="bf16_r1n64w4s2")])
     o2 = write_csv(tmp_path / "o2.csv", [row(instance="scaled_r1n64w4s2")])
     merged = table.merge([base], [o1, o2])
     key = ("cpu", 1, 64, 128, 64, 1, False, 1, 16, 1024)
     assert merged[key].instance == "scaled_r1n64w4s2" and merged[key].source == f"{o2}:2"
-    assert merged[key[:8] + (64, 1024)].instance == "fp8_r2n64w4s2"
+    assert merged[key[:8] + (64, 1024)].instance == "fp8_r2n64w8s2"
     assert table.merge([base], [o2, o1])[key].instance == "bf16_r1n64w4s2"
 
 

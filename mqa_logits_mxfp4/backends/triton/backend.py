@@ -79,7 +79,8 @@ class TritonBackend:
             cands = [i for i in INSTANCES if i.family == fam and not self.instance_supports(i, key)]
             if key.max_qlen <= DECODE_MAX_QLEN:
                 fit = sorted((i for i in cands if i.rows >= key.max_qlen), key=lambda i: i.rows)
-                picks += [(i, "free") for i in fit + sorted(set(cands) - set(fit), key=lambda i: -i.rows)]
+                rest = sorted((i for i in cands if i.rows < key.max_qlen), key=lambda i: -i.rows)
+                picks += [(i, "free") for i in fit + rest]  # sorted() is stable: ties keep list order
             else:
                 picks += [(i, "prefill") for i in sorted(cands, key=lambda i: -i.rows)]
         return picks

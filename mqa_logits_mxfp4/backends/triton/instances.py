@@ -25,10 +25,11 @@ FAMILY_VALIDATED = {
     "scaled": ("cpu",),
 }
 FAMILY_HEAD_DIMS = {"fp8": (128,), "f16": (128,), "scaled": (128, 256)}
-# (rows, block_n, warps, stages). A tile's fp32 accumulator is rows*heads x block_n; the
-# backend admits an instance only while that is at most ACC_PER_THREAD registers a thread
-# (more spilled on sm_90 in AOT compiles: docs/triton-backend.md).
-SHAPES = ((1, 64, 4, 2), (1, 64, 8, 2), (2, 64, 8, 2), (4, 32, 8, 2), (8, 32, 8, 2))
+# (rows, block_n, warps, stages). 64-key tiles: sm_90's wgmma needs M = 64 keys a warpgroup
+# (32-key tiles fell back to mma.sync in AOT compiles). The backend admits an instance only
+# while its fp32 accumulator, rows*heads x block_n, is at most ACC_PER_THREAD registers a
+# thread: 64 spilled on sm_90 (docs/triton-backend.md), so a tile holds at most 128 columns.
+SHAPES = ((1, 64, 4, 2), (1, 64, 8, 2), (2, 64, 8, 2), (4, 64, 8, 2), (8, 64, 8, 2))
 ACC_PER_THREAD = 32
 
 
