@@ -1,13 +1,44 @@
-"""flydsl backend registration: needs the flydsl package, a ROCm torch and a gfx950 device.
-Its kernels are not part of this version of the package yet; available() says so."""
+"""Host side of the FlyDSL backend: availability, support rules, the per-arch pick, launches.
+
+Runs only with flydsl (the pinned version), a ROCm build of torch and a gfx950 device; elsewhere
+available() says which of the three is missing. Kernels are compiled on first launch (flydsl
+keeps its own disk cache) and are never executed by this project's CI: every instance has
+`validated_on=()`, so the dispatcher self-checks it against the reference on first use.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import math
+import threading
 
 import torch
 
-from ..base import Instance, Reason
+from ..base import Instance, Reason, ok_if
+from .instances import INSTANCES
+from .spec import KernelSpec
+from .toolchain import PINNED_VERSION, installed_version
+
+ARCH = "gfx950"
+DECODE_MAX_QLEN = 8          # the same decode/prefill split as the Triton backend's default rule
+MAX_COLS = 256               # rows x heads of one row group (its LDS staging: 84 bytes a column)
+ALIGN = {"q": 16, "kv_cache": 16, "kv_scale": 16}   # the kernels' 16-byte loads
+
+_compiled: dict[tuple[KernelSpec, str], object] = {}
+_compile_lock = threading.Lock()
+
+
+def _next_power_of_2(n: int) -> int:
+    """Free mode's `lanes` (the Triton kernels' SEQ_P2, which the shared schedule records use)."""
+    import triton
+    return triton.next_power_of_2(n)
+
+
+def _device_archs() -> list[str]:
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.get_device_properties(i).gcnArchName.split(":")[0]
+            for i in range(torch.cuda.device_count())]
 
 
 class FlydslBackend:
@@ -15,17 +46,129 @@ class FlydslBackend:
 
     def available(self) -> Reason | None:
         if importlib.util.find_spec("flydsl") is None:
-            return Reason("install", "flydsl is not installed (pip install -e .[flydsl])")
+            return Reason("install", "flydsl is not installed (pip install -e .[flydsl] installs "
+                                     f"flydsl=={PINNED_VERSION})")
+        version = installed_version()
+        if version != PINNED_VERSION:
+            return Reason("install", f"the flydsl kernels are verified with flydsl=={PINNED_VERSION}; "
+                                     f"got flydsl {version}")
         if not getattr(torch.version, "hip", None):
-            return Reason("torch", f"flydsl kernels need a ROCm build of torch; got {torch.__version__}")
-        return Reason("build", "the flydsl kernels are not in this version of mqa_logits_mxfp4 yet")
+            build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only"
+            return Reason("torch", f"flydsl kernels need a ROCm build of torch; got torch "
+                                   f"{torch.__version__} ({build})")
+        archs = _device_archs()
+        if ARCH not in archs:
+            return Reason("device", f"flydsl kernels need a {ARCH} device; visible devices: "
+                                    f"{', '.join(archs) or 'none'}")
+        return None
 
     def instances(self) -> tuple[Instance, ...]:
-        return ()
+        return INSTANCES
 
     def supports(self, key) -> list[Reason]:
-        reason = self.available()
-        return [reason] if reason else []
+        return ok_if([
+            (key.arch == ARCH, "arch", f"flydsl kernels are built for {ARCH} only; got {key.arch}"),
+            (key.head_dim == 128, "head_dim", f"flydsl kernels need head_dim 128; got {key.head_dim}"),
+        ])
+
+    def instance_supports(self, inst: Instance, key) -> list[Reason]:
+        return ok_if([
+            (key.arch in inst.arches, "arch", f"{inst.name} runs on {', '.join(inst.arches)}; got {key.arch}"),
+            (key.heads in inst.heads, "heads", f"{inst.name} needs heads in {inst.heads}; got {key.heads}"),
+            (key.head_dim in inst.head_dims, "head_dim",
+             f"{inst.name} needs head_dim in {inst.head_dims}; got {key.head_dim}"),
+            (key.page_size in inst.page_sizes, "page_size",
+             f"{inst.name} needs page_size in {inst.page_sizes}; got {key.page_size}"),
+            (inst.rows * key.heads <= MAX_COLS, "tile",
+             f"{inst.name} needs rows x heads <= {MAX_COLS}; got {inst.rows} x {key.heads}"),
+            (not key.gather or inst.rows == 1, "gather",
+             f"gather mode needs a one-row instance (each row has its own table); {inst.name} has {inst.rows}"),
+        ])
+
+    def ranked_picks(self, key) -> list[tuple[Instance, str]]:
+        """Per-arch default rule: the fewest rows that hold a sequence's rows (decode, Free) or
+        the widest row group (prefill, Prefill)."""
+        cands = [i for i in INSTANCES if not self.instance_supports(i, key)]
+        if key.max_qlen <= DECODE_MAX_QLEN:
+            fit = sorted((i for i in cands if i.rows >= key.max_qlen), key=lambda i: i.rows)
+            rest = sorted(set(cands) - set(fit), key=lambda i: -i.rows)
+            return [(i, "free") for i in fit + rest]
+        return [(i, "prefill") for i in sorted(cands, key=lambda i: -i.rows)]
+
+    def grid_sizes(self, inst: Instance, key) -> tuple[int, tuple[int, int]]:
+        """(Table/Free programs, (Prefill row groups, parts)): the Triton backend's formula."""
+        tiles = math.ceil(key.max_seq_len / inst.block_n)
+        units = key.max_seqs * math.ceil(key.max_qlen / inst.rows) * tiles
+        slots = 4 if key.arch == "cpu" else key.cu_num * inst.ctas_per_sm
+        groups = math.ceil(key.max_rows / inst.rows)
+        parts = max(1, min(tiles, math.ceil(slots / groups)))
+        return max(1, min(slots, units)), (groups, parts)
+
+    def build_schedule(self, cfg, query_start_loc, row_ends, records) -> None:
+        """Table records from the one schedule kernel every backend shares (worksplit.py's rule)."""
+        import triton
+
+        from ..triton.kernels import build_schedule_kernel
+        inst = self._instance(cfg.instance)
+        build_schedule_kernel[(cfg.table_grid,)](
+            query_start_loc, row_ends, records, query_start_loc.shape[0] - 1,
+            R=inst.rows, BLOCK_N=inst.block_n, SEQ_P2=triton.next_power_of_2(cfg.max_seqs))
+
+    def kernel_spec(self, cfg, mode: str, weights: torch.Tensor, flat_out: bool) -> KernelSpec:
+        inst = self._instance(cfg.instance)
+        return KernelSpec(heads=cfg.heads, rows=inst.rows, waves=inst.warps, page_size=cfg.page_size,
+                          pages_per_block=cfg.pages_per_block, gather=cfg.gather, mode=mode,
+                          flat_out=flat_out, w_bf16=weights.dtype == torch.bfloat16)
+
+    def launch_args(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
+                    query_start_loc, row_ends, out, out_offsets, records) -> list:
+        """The compiled launcher's arguments (raw addresses for its pointers), in order."""
+        for name, t in (("q", q), ("kv_cache", kv_cache), ("kv_scale", kv_scale)):
+            if t.data_ptr() % ALIGN[name]:
+                from ...dispatch.errors import InputError
+                raise InputError(f"the flydsl kernels read {name} in {ALIGN[name]}-byte vectors, so its "
+                                 f"data must be {ALIGN[name]}-byte aligned; got address {t.data_ptr():#x}")
+        flat = out_offsets is not None
+        grid = cfg.prefill_grid if mode == "prefill" else (cfg.table_grid, 1)
+        unused = row_ends.data_ptr()   # pointer arguments a mode does not read
+        return [q.data_ptr(), q_scale.data_ptr(), kv_cache.data_ptr(), kv_scale.data_ptr(),
+                weights.data_ptr(), block_tables.data_ptr(), query_start_loc.data_ptr(),
+                row_ends.data_ptr(), out.data_ptr(), out_offsets.data_ptr() if flat else unused,
+                records.data_ptr() if records is not None else unused,
+                query_start_loc.shape[0] - 1, _next_power_of_2(cfg.max_seqs),
+                weights.stride(0), block_tables.stride(0), 0 if flat else out.stride(0),
+                grid[0], grid[1]]
+
+    def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
+               query_start_loc, row_ends, out, out_offsets, records) -> None:
+        spec = self.kernel_spec(cfg, mode, weights, out_offsets is not None)
+        args = self.launch_args(cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
+                                query_start_loc, row_ends, out, out_offsets, records)
+        fn = compiled(spec, cfg.device)
+        with torch.cuda.device(cfg.device):
+            fn(*args, torch.cuda.current_stream(cfg.device))
+
+    @staticmethod
+    def _instance(name: str) -> Instance:
+        return next(i for i in INSTANCES if i.name == name)
+
+
+def compiled(spec: KernelSpec, device: torch.device):
+    """The compiled launcher of `spec` for the device's arch, compiling it on first use."""
+    arch = torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
+    slot = (spec, arch)
+    fn = _compiled.get(slot)
+    if fn is None:
+        if torch.cuda.is_current_stream_capturing():
+            from ...dispatch.errors import CaptureError
+            raise CaptureError(f"flydsl kernel {spec.name} is not compiled yet and cannot compile during "
+                               "CUDA-graph capture: warm up (call the op once with this config) before capture")
+        from .toolchain import compile_kernel
+        with _compile_lock:
+            fn = _compiled.get(slot)
+            if fn is None:
+                fn = _compiled[slot] = compile_kernel(spec, arch)
+    return fn
 
 
 BACKEND = FlydslBackend()

@@ -1,0 +1,377 @@
+"""FlyDSL kernels for gfx950: the whole op with the scaled MFMA, in docs/numerics.md's order.
+
+Imported only when a kernel is built (it imports flydsl). One kernel family, specialized by
+`KernelSpec`; the work split is a transcription of worksplit.py (same names, same order).
+
+Tile: a CTA of WAVES waves scores a row group (up to R rows of one sequence, all heads) against
+a key tile of BLOCK_N = 16 * WAVES keys; wave w takes keys [16w, 16w + 16) of the tile, and
+every row of the group reuses that wave's loaded keys. Per wave, one
+`v_mfma_scale_f32_16x16x128_f8f6f4` (E2M1 x E2M1) has A = 16 keys (M) x head_dim 128 and
+B = 128 x 16 heads (N) of one row. Lane l = 16 g + c holds A row c's and B column c's K-block g
+(32 E2M1 in 16 bytes), and gets D[keys 4g..4g+3, head c].
+
+docs/numerics.md steps 1-2: the MFMA sums a lane group's 32 products exactly but adds the four
+K-blocks in its own order, so each block gets its own MFMA with the key operand of the other
+three lane groups zeroed and unit scales (E8M0 127): D is then the exact block partial P_b.
+The scales are applied on the VALU as (P_b * sk) * sq with sk, sq decoded exactly as the Triton
+kernels do (0xFF -> NaN, 0 -> 0), then step 3 sums b = 0..3 left to right, step 4 is
+`maximumf` (v_maximum3_f32, NaN-propagating), step 5 is the head tree: levels that pair heads
+of different 16-head tiles are in-register, the last four (heads c and c ^ 8, 4, 2, 1 of a tile)
+are DPP row rotations, after which every lane of a 16-lane row holds the row's value.
+"""
+
+from __future__ import annotations
+
+import flydsl.compiler as flyc
+import flydsl.expr as fx
+from flydsl.expr import const_expr, gpu, range_constexpr, rocdl
+from flydsl.expr.typing import T, Vector
+
+from .spec import HEAD_DIM, MODE_FREE, MODE_PREFILL, MODE_TABLE, MODES, RECORD_INTS, KernelSpec
+
+UNIT_SCALES = 0x7F7F7F7F      # E8M0 127 = 1.0 in every byte
+E2M1 = 4                      # cbsz / blgp format code of the f8f6f4 MFMA
+DPP_ROW_ROR = 0x120           # + n: rotate right by n lanes within a row of 16
+WAVE = 64
+
+
+def _cdiv(a, b):
+    return (a + (b - 1)) // b
+
+
+def _imin(a, b):
+    return (a < b).select(a, b)
+
+
+def _imax(a, b):
+    return (a > b).select(a, b)
+
+
+def _uniform(x):
+    """A wave-uniform i32 into an SGPR (loop bounds, page ids)."""
+    return fx.Int32(rocdl.readfirstlane(T.i32, fx.Int32(x)))
+
+
+def _wave_sum(x):
+    """Sum of an i32 over the 64 lanes, in every lane."""
+    for k in range_constexpr(6):
+        x = x + x.shuffle_xor(32 >> k, WAVE)
+    return x
+
+
+def _wave_inclusive_scan(x, lane):
+    """Inclusive prefix sum of an i32 over the lanes."""
+    for k in range_constexpr(6):
+        up = fx.Int32(gpu.shuffle_up(x, 1 << k, WAVE))
+        x = (lane >= (1 << k)).select(x + up, x)
+    return x
+
+
+def _e8m0(bits):
+    """E8M0 byte already shifted into the f32 exponent field (i32 vector) -> f32 vector:
+    2^(e-127), byte 0 -> 0, byte 0xFF -> NaN (Inf * 0 + Inf), as backends/triton/kernels.py."""
+    f = bits.bitcast(fx.Float32)
+    return fx.math.fma(f, Vector.filled(f.numel, 0.0, fx.Float32), f)
+
+
+def _scale_block(word, blk):
+    """Byte `blk` of each i32 of a vector of packed E8M0 bytes, in the exponent field."""
+    n = word.numel
+    if const_expr(blk == 3):
+        shifted = word >> Vector.filled(n, 1, fx.Int32)   # arithmetic shift: masked below
+    else:
+        shifted = word << Vector.filled(n, 23 - 8 * blk, fx.Int32)
+    return shifted & Vector.filled(n, 0x7F800000, fx.Int32)
+
+
+def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
+    """The @flyc.jit launcher for `spec`: launch(ptrs..., ints..., grid_x, grid_y, stream)."""
+    H, R, WAVES = spec.heads, spec.rows, spec.waves
+    BN = spec.block_n
+    NT = H // 16                      # 16-head tiles of one row
+    THREADS = WAVE * WAVES
+    PAGE, PPB = spec.page_size, spec.pages_per_block
+    GATHER, FLAT_OUT, W_BF16 = spec.gather, spec.flat_out, spec.w_bf16
+    MODE = MODES[spec.mode]
+    DB = HEAD_DIM // 2                # bytes of one key or one query head
+    NB = HEAD_DIM // 32               # scale blocks
+    assert H % 32 == 0 and H >= 32 and PAGE % 4 == 0 and R <= 16
+
+    @flyc.jit
+    def slot_of(key, bt_row):
+        """Cache slot (token index over all pages, i64) of key `key` of a table row."""
+        entry = fx.Int32((bt_row + fx.Int64(key // (PAGE * PPB))).load())
+        page = fx.Int64(entry) * PPB + fx.Int64((key // PAGE) % PPB)
+        return page * PAGE + fx.Int64(key % PAGE)
+
+    def tile_scores(kiso, kscale, qfrag, qscale):
+        """docs/numerics.md steps 1-4 for 16 keys x one 16-head tile: relu of the block sum of
+        (P_b * sk_b) * sq_b, P_b from the MFMA with only lane group b's keys nonzero."""
+        zero4 = Vector.filled(4, 0.0, fx.Float32)
+        terms = []
+        for bi in range_constexpr(NB):
+            p = Vector(rocdl.mfma_scale_f32_16x16x128_f8f6f4(
+                Vector.make_type(4, fx.Float32),
+                [kiso[bi], qfrag, zero4, E2M1, E2M1, 0, UNIT_SCALES, 0, UNIT_SCALES]))
+            terms.append((p * kscale[bi]) * Vector.filled(4, qscale[bi], fx.Float32))
+        s = terms[0]
+        for bi in range_constexpr(1, NB):   # step 3: left to right
+            s = s + terms[bi]
+        return s.maximumf(zero4)
+
+    @flyc.jit
+    def stage_queries(q, qs, w, stride_w, r0, r1, tid, lds_q, lds_s, lds_w):
+        """Write the group's query operands, decoded q scales and weights to LDS (all waves)."""
+        V4I = Vector.make_type(4, fx.Int32)
+        for it in range_constexpr(_cdiv(R * NT * WAVE, THREADS)):
+            idx = tid + it * THREADS          # (row, head tile, lane) of an MFMA B operand
+            if idx < R * NT * WAVE:
+                i = idx // WAVE
+                row = _imin(r0 + i // NT, r1 - 1)      # rows past r1 are staged, never stored
+                head = fx.Int64(row) * H + fx.Int64((i % NT) * 16 + idx % 16)
+                frag = (q + (head * DB + fx.Int64((idx % WAVE) // 16) * 16)).load(V4I)
+                (lds_q + fx.Int64(idx) * 4).store(frag)
+        for it in range_constexpr(_cdiv(R * H, THREADS)):
+            idx = tid + it * THREADS          # (row, head)
+            if idx < R * H:
+                row = _imin(r0 + idx // H, r1 - 1)
+                word = Vector.filled(1, fx.Int32((qs + (fx.Int64(row) * H + fx.Int64(idx % H))).load()), fx.Int32)
+                scales = Vector.from_elements([_e8m0(_scale_block(word, blk))[0] for blk in range_constexpr(NB)],
+                                              fx.Float32)
+                (lds_s + fx.Int64(idx) * NB).store(scales)
+                wp = w + (fx.Int64(row) * stride_w + fx.Int64(idx % H))
+                if const_expr(W_BF16):
+                    wf = (fx.Int32(wp.load()) << 16).bitcast(fx.Float32)
+                else:
+                    wf = fx.Float32(wp.load())
+                (lds_w + fx.Int64(idx)).store(wf)
+
+    @flyc.jit
+    def score_group(q, qs, kv, ks, w, bt, re, out, oo, stride_w, stride_bt, stride_out,
+                    b, r0, r1, t0, t1, tid, wave, lane, lds_q, lds_s, lds_w):
+        """Rows [r0, r1) of sequence b (at most R) against key tiles [t0, t1)."""
+        V4I = Vector.make_type(4, fx.Int32)   # types need the tracing context
+        V4F = Vector.make_type(4, fx.Float32)
+        c = lane % 16
+        g = lane // 16
+        gpu.barrier()                         # every wave is done with the previous group
+        stage_queries(q, qs, w, stride_w, r0, r1, tid, lds_q, lds_s, lds_w)
+        gpu.barrier()
+        gend = fx.Int32(0)
+        for r in range_constexpr(R):
+            gend = _imax(gend, fx.Int32((re + fx.Int64(_imin(r0 + r, r1 - 1))).load()))
+        # lane c < R stores row r0 + c
+        my_row = _imin(r0 + c, r1 - 1)
+        my_end = fx.Int32((re + fx.Int64(my_row)).load())
+        my_end = ((c < R) & (r0 + c < r1)).select(my_end, fx.Int32(0))
+        if const_expr(FLAT_OUT):
+            my_base = fx.Int64((oo + fx.Int64(my_row)).load())
+        else:
+            my_base = fx.Int64(my_row) * stride_out
+        if const_expr(GATHER):
+            bt_row = bt + fx.Int64(r0) * stride_bt
+        else:
+            bt_row = bt + fx.Int64(b) * stride_bt
+        kmax = _imax(gend - 1, fx.Int32(0))
+        t = t0
+        t_stop = _imin(t1, _cdiv(gend, BN))
+        while t < t_stop:
+            key0 = t * BN + wave * 16
+            # A operand: key key0 + c, K-block g (keys past the group end read a valid key)
+            slot_a = slot_of(_imin(key0 + c, kmax), bt_row)
+            kfrag = Vector((kv + (slot_a * DB + fx.Int64(g) * 16)).load(V4I))
+            # key scales of keys key0 + 4g .. + 3: one page, 16 contiguous bytes
+            kq = _imin(key0 + 4 * g, (kmax // 4) * 4)
+            sk_words = Vector((ks + slot_of(kq, bt_row)).load(V4I))
+            kscale = [_e8m0(_scale_block(sk_words, blk)) for blk in range_constexpr(NB)]
+            kiso = [(g == blk).select(kfrag, Vector.filled(4, 0, fx.Int32)) for blk in range_constexpr(NB)]
+
+            def operands(i):
+                """Staged B operand, q scales and weight of (row, head tile) i. Volatile, so that
+                they are re-read from LDS each tile instead of hoisted into registers."""
+                frag = fx.generic_load(lds_q + fx.Int64(i * WAVE + lane) * 4, dtype=fx.Int32, count=4, volatile=True)
+                sq = fx.generic_load(lds_s + fx.Int64(i * 16 + c) * NB, dtype=fx.Float32, count=NB, volatile=True)
+                wi = fx.generic_load(lds_w + fx.Int64(i * 16 + c), dtype=fx.Float32, volatile=True)
+                return frag, [sq[blk] for blk in range_constexpr(NB)], wi
+
+            vals = []
+            for ri in range_constexpr(R):
+                # head tree level 1 pairs tile ti with ti + NT/2 (heads j and j + H/2)
+                half = NT // 2
+                v = []
+                for ti in range_constexpr(half):
+                    fa, sa, wa = operands(ri * NT + ti)
+                    fb, sb, wb = operands(ri * NT + ti + half)
+                    xa = tile_scores(kiso, kscale, fa, sa)
+                    xb = tile_scores(kiso, kscale, fb, sb)
+                    v.append(fx.math.fma(xa, Vector.filled(4, wa, fx.Float32),
+                                         xb * Vector.filled(4, wb, fx.Float32)))
+                while const_expr(len(v) > 1):
+                    m = len(v) // 2
+                    v = [v[j] + v[j + m] for j in range_constexpr(m)]
+                acc = v[0]
+                for k in range_constexpr(4):  # heads c and c + 8, 4, 2, 1 within the tile
+                    lanes = []
+                    for e in range_constexpr(4):
+                        a = acc[e]
+                        rot = rocdl.update_dpp(T.f32, a.ir_value(), a.ir_value(), DPP_ROW_ROR + (8 >> k),
+                                               0xF, 0xF, False)
+                        lanes.append(a + fx.Float32(rot))
+                    acc = Vector.from_elements(lanes, fx.Float32)
+                vals.append(acc)
+            res = vals[0]
+            for ri in range_constexpr(1, R):
+                res = (c == ri).select(vals[ri], res)
+            for e in range_constexpr(4):
+                key = key0 + 4 * g + e
+                if key < my_end:
+                    (out + (my_base + fx.Int64(key))).store(res[e])
+            t = t + 1
+
+    @flyc.jit
+    def cta_range(qsl, re, num_seqs, lanes, pid, nprog, lane):
+        """worksplit.cta_range over `lanes` sequences, 64 at a time."""
+        total = fx.Int32(0)
+        s0 = fx.Int32(0)
+        while s0 < lanes:
+            total = total + _wave_sum(seq_units(qsl, re, num_seqs, s0 + lane))
+            s0 = s0 + WAVE
+        u_begin = fx.Int32((fx.Int64(pid) * fx.Int64(total)) // fx.Int64(nprog))
+        u_end = fx.Int32(((fx.Int64(pid) + 1) * fx.Int64(total)) // fx.Int64(nprog))
+        b = fx.Int32(0)
+        base = fx.Int32(0)
+        cum = fx.Int32(0)
+        s0 = fx.Int32(0)
+        while s0 < lanes:
+            units = seq_units(qsl, re, num_seqs, s0 + lane)
+            incl = cum + _wave_inclusive_scan(units, lane)
+            before = (incl <= u_begin) & (s0 + lane < lanes)
+            b = b + _wave_sum(before.select(fx.Int32(1), fx.Int32(0)))
+            base = base + _wave_sum(before.select(units, fx.Int32(0)))
+            cum = cum + _wave_sum(units)
+            s0 = s0 + WAVE
+        return _uniform(u_begin), _uniform(u_end), _uniform(b), _uniform(base)
+
+    @flyc.jit
+    def seq_units(qsl, re, num_seqs, s):
+        """Units of sequence s (0 past num_seqs), as worksplit.seq_units."""
+        live = s < num_seqs
+        qa = fx.Int32((qsl + fx.Int64(_imin(s, num_seqs))).load())
+        qb = fx.Int32((qsl + fx.Int64(_imin(s + 1, num_seqs))).load())
+        n = live.select(qb - qa, fx.Int32(0))
+        end = fx.Int32(0)
+        if n > 0:
+            end = fx.Int32((re + fx.Int64(qb - 1)).load())
+        return _cdiv(n, R) * _cdiv(end, BN)
+
+    @flyc.jit
+    def prefill_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, stride_w, stride_bt,
+                     stride_out, pid, part, parts, tid, wave, lane, lds_q, lds_s, lds_w):
+        """worksplit.prefill_work: global rows [pid*R, pid*R + R), tiles cut in `parts`."""
+        live = fx.Int32((qsl + fx.Int64(num_seqs)).load())
+        row0 = pid * R
+        chunk_end = _imin(row0 + R, live)
+        lo = fx.Int32(0)
+        hi = num_seqs
+        while hi - lo > 1:  # last sequence starting at or before row0
+            mid = (lo + hi) // 2
+            at_or_before = fx.Int32((qsl + fx.Int64(mid)).load()) <= row0
+            lo = at_or_before.select(mid, lo)
+            hi = at_or_before.select(hi, mid)
+        b = lo
+        qa = fx.Int32((qsl + fx.Int64(b)).load())
+        while (b < num_seqs) & (qa < chunk_end):
+            qb = fx.Int32((qsl + fx.Int64(b + 1)).load())
+            r0 = _imax(row0, qa)
+            r1 = _imin(chunk_end, qb)
+            end = fx.Int32(0)
+            if r1 > r0:
+                end = fx.Int32((re + fx.Int64(r1 - 1)).load())
+            ntiles = _cdiv(end, BN)
+            t0 = (part * ntiles) // parts
+            t1 = ((part + 1) * ntiles) // parts
+            score_group(q, qs, kv, ks, w, bt, re, out, oo, stride_w, stride_bt, stride_out,
+                        b, r0, r1, t0, t1, tid, wave, lane, lds_q, lds_s, lds_w)
+            b = b + 1
+            qa = qb
+
+    @flyc.jit
+    def free_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, stride_w, stride_bt,
+                  stride_out, u, u_end, b, base, tid, wave, lane, lds_q, lds_s, lds_w):
+        """worksplit.free_work from a program's (u_begin, u_end, b, base)."""
+        while (u < u_end) & (b < num_seqs):
+            qa = fx.Int32((qsl + fx.Int64(b)).load())
+            qb = fx.Int32((qsl + fx.Int64(b + 1)).load())
+            end = fx.Int32(0)
+            if qb > qa:
+                end = fx.Int32((re + fx.Int64(qb - 1)).load())
+            ntiles = _imax(_cdiv(end, BN), fx.Int32(1))
+            units = _cdiv(qb - qa, R) * _cdiv(end, BN)
+            lo = u - base
+            hi = _imin(u_end - base, units)
+            u = (hi > lo).select(base + hi, u)
+            while lo < hi:  # the groups this program touches, each with its own tile range
+                j = lo // ntiles
+                t0 = lo - j * ntiles
+                t1 = _imin(hi - j * ntiles, ntiles)
+                r0 = qa + j * R
+                r1 = _imin(r0 + R, qb)
+                score_group(q, qs, kv, ks, w, bt, re, out, oo, stride_w, stride_bt, stride_out,
+                            b, r0, r1, t0, t1, tid, wave, lane, lds_q, lds_s, lds_w)
+                lo = (j + 1) * ntiles
+            base = base + units
+            b = b + 1
+
+    @flyc.kernel
+    def mqa_logits_fly(q: fx.Pointer, qs: fx.Pointer, kv: fx.Pointer, ks: fx.Pointer,
+                       w: fx.Pointer, bt: fx.Pointer, qsl: fx.Pointer, re: fx.Pointer,
+                       out: fx.Pointer, oo: fx.Pointer, sched: fx.Pointer,
+                       num_seqs: fx.Int32, lanes: fx.Int32, stride_w: fx.Int64,
+                       stride_bt: fx.Int64, stride_out: fx.Int64, nprog: fx.Int32, parts: fx.Int32):
+        # nprog / parts: the grid's x / y size (gridDim would need the ROCm device libraries)
+        tid = fx.Int32(gpu.thread_idx.x)
+        lane = tid % WAVE
+        wave = _uniform(tid // WAVE)
+        pid = fx.Int32(gpu.block_idx.x)
+        smem = fx.SharedAllocator()
+        lds_q = smem.allocate(fx.Array[fx.Int32, R * H * DB // 4, 16]).peek().ptr   # B operands, lane order
+        lds_s = smem.allocate(fx.Array[fx.Float32, R * H * NB, 16]).peek().ptr      # decoded q scales
+        lds_w = smem.allocate(fx.Array[fx.Float32, R * H, 16]).peek().ptr           # weights
+        if const_expr(MODE == MODE_PREFILL):
+            prefill_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, stride_w, stride_bt,
+                         stride_out, pid, fx.Int32(gpu.block_idx.y), parts, tid, wave, lane, lds_q, lds_s, lds_w)
+        elif const_expr(MODE == MODE_TABLE):
+            rec = sched + fx.Int64(pid) * RECORD_INTS
+            free_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, stride_w, stride_bt,
+                      stride_out, _uniform((rec + 0).load()), _uniform((rec + 1).load()),
+                      _uniform((rec + 2).load()), _uniform((rec + 3).load()), tid, wave, lane,
+                      lds_q, lds_s, lds_w)
+        else:
+            u, u_end, b, base = cta_range(qsl, re, num_seqs, lanes, pid, nprog, lane)
+            free_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, stride_w, stride_bt,
+                      stride_out, u, u_end, b, base, tid, wave, lane, lds_q, lds_s, lds_w)
+
+    @flyc.jit
+    def launch(q: fx.Pointer, qs: fx.Pointer, kv: fx.Pointer, ks: fx.Pointer, w: fx.Pointer,
+               bt: fx.Pointer, qsl: fx.Pointer, re: fx.Pointer, out: fx.Pointer, oo: fx.Pointer,
+               sched: fx.Pointer, num_seqs: fx.Int32, lanes: fx.Int32, stride_w: fx.Int64,
+               stride_bt: fx.Int64, stride_out: fx.Int64, grid_x: fx.Int32, grid_y: fx.Int32,
+               stream: fx.Stream = fx.Stream(None)):
+        mqa_logits_fly(q, qs, kv, ks, w, bt, qsl, re, out, oo, sched, num_seqs, lanes, stride_w,
+                       stride_bt, stride_out, grid_x, grid_y).launch(grid=(grid_x, grid_y, 1), block=(WAVE * WAVES, 1, 1),
+                                                     stream=stream)
+
+    return launch
+
+
+def pointer_args(spec: KernelSpec, ptrs: dict | None = None) -> list:
+    """The launcher's pointer arguments (element type and alignment promised to the compiler);
+    `ptrs` maps names to addresses, None everywhere for a compile-only build."""
+    from flydsl.compiler.jit_argument import PointerJitArg
+    ptrs = ptrs or {}
+    kinds = [("q", fx.Uint8, 16), ("q_scale", fx.Int32, 4), ("kv_cache", fx.Uint8, 16),
+             ("kv_scale", fx.Int32, 16), ("weights", fx.Int16 if spec.w_bf16 else fx.Float32, None),
+             ("block_tables", fx.Int32, None), ("query_start_loc", fx.Int32, None),
+             ("row_ends", fx.Int32, None), ("out", fx.Float32, None), ("out_offsets", fx.Int64, None),
+             ("records", fx.Int32, None)]
+    return [PointerJitArg(dtype, ptrs.get(name), alignment=align) for name, dtype, align in kinds]

@@ -1,0 +1,53 @@
+"""What a compiled FlyDSL kernel is specialized on, and the kernels the CI compile check covers.
+Importable without flydsl (the backend and the tests use it on machines without it)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+MODE_TABLE, MODE_FREE, MODE_PREFILL = 0, 1, 2
+MODES = {"table": MODE_TABLE, "free": MODE_FREE, "prefill": MODE_PREFILL}
+RECORD_INTS = 8      # dispatch/schedule.py's record: [u_begin, u_end, b, base, 0, 0, 0, 0]
+HEAD_DIM = 128
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Compile-time parameters; everything else (sizes, strides, grid) is a runtime argument."""
+
+    heads: int
+    rows: int
+    waves: int
+    page_size: int
+    pages_per_block: int
+    gather: bool
+    mode: str
+    flat_out: bool
+    w_bf16: bool
+
+    @property
+    def block_n(self) -> int:
+        return 16 * self.waves
+
+    @property
+    def name(self) -> str:
+        layout = f"p{self.page_size}x{self.pages_per_block}{'g' if self.gather else ''}"
+        return (f"fly_h{self.heads}_r{self.rows}w{self.waves}_{self.mode}_{layout}"
+                f"_{'flat' if self.flat_out else 'rows'}_{'bf16' if self.w_bf16 else 'f32'}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_matrix() -> list[KernelSpec]:
+    """Every instance x mode at the DeepSeek-V4 layout (64-token pages, row-major out, bf16
+    weights), plus each other layout option on one instance per mode: 8-token pages x 32 (V4.1
+    full layers), gather with 8-token pages (V4.1 candidate layers), flat out, fp32 weights."""
+    from .instances import INSTANCES
+    specs = [KernelSpec(i.heads[0], i.rows, i.warps, 64, 1, False, m, False, True)
+             for i in INSTANCES for m in MODES]
+    for m in MODES:
+        specs += [KernelSpec(32, 8, 4, 8, 32, False, m, False, True),
+                  KernelSpec(32, 1, 4, 8, 1, True, m, False, True),
+                  KernelSpec(64, 2, 4, 16, 1, False, m, True, False)]
+    return specs

@@ -1,0 +1,119 @@
+"""The work split every schedule mode uses, written once in plain Python.
+
+This is the executable statement of the rules in backends/triton/kernels.py (`_cta_range`,
+`build_schedule_kernel`, the Free/Table/Prefill loops of `mqa_logits_kernel`): units are
+(row group, key tile) pairs numbered sequence-major, group-major, tile-minor; sequence b has
+ceil(rows_b / R) groups of up to R rows, each with ceil(end_b / BLOCK_N) key tiles, end_b being
+the row_end of the sequence's last row; program p of G takes units [p*total//G, (p+1)*total//G).
+Prefill program (g, part) takes global rows [g*R, g*R+R), split at sequence starts, and cuts
+each piece's tiles into `parts` equal shares.
+
+The FlyDSL kernels (kernels.py) are a line-by-line transcription of `free_work`,
+`prefill_work` and `cta_range`; tests/test_flydsl.py checks `cta_range` against the records
+the shared Triton `build_schedule_kernel` writes, and that every mode covers every key of every
+live row exactly once.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+# (sequence, first row, end row, first tile, end tile): rows [r0, r1) of sequence b against key
+# tiles [t0, t1); rows of one group share every loaded key tile.
+Piece = tuple[int, int, int, int, int]
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def seq_units(qsl: Sequence[int], row_ends: Sequence[int], b: int, rows: int, block_n: int
+              ) -> tuple[int, int, int, int, int]:
+    """(qa, qb, end, ntiles, units) of sequence b; ntiles is at least 1 (a stride, not a count)."""
+    qa, qb = qsl[b], qsl[b + 1]
+    end = row_ends[qb - 1] if qb > qa else 0
+    return qa, qb, end, max(cdiv(end, block_n), 1), cdiv(qb - qa, rows) * cdiv(end, block_n)
+
+
+def cta_range(qsl: Sequence[int], row_ends: Sequence[int], pid: int, nprog: int, rows: int,
+              block_n: int, lanes: int) -> tuple[int, int, int, int]:
+    """Program pid's (u_begin, u_end, first sequence b, units before b) of nprog programs.
+
+    `lanes` is the power of two >= max_seqs the kernels reduce over (SEQ_P2): lanes past
+    num_seqs hold zero units, and when there is no work at all they count into b (harmless,
+    since u_begin == u_end then; kept so that records match the Triton kernel's bit for bit).
+    """
+    num_seqs = len(qsl) - 1
+    units = [seq_units(qsl, row_ends, s, rows, block_n)[4] if s < num_seqs else 0 for s in range(lanes)]
+    total = sum(units)
+    u_begin = pid * total // nprog
+    u_end = (pid + 1) * total // nprog
+    b = base = cum = 0
+    for u in units:  # cum is non-decreasing, so `before` holds on a prefix of the lanes
+        cum += u
+        if cum <= u_begin:
+            b += 1
+            base += u
+    return u_begin, u_end, b, base
+
+
+def schedule_records(qsl: Sequence[int], row_ends: Sequence[int], nprog: int, rows: int,
+                     block_n: int, lanes: int) -> list[list[int]]:
+    """Table mode's records, [u_begin, u_end, b, base, 0, 0, 0, 0] per program."""
+    return [list(cta_range(qsl, row_ends, p, nprog, rows, block_n, lanes)) + [0, 0, 0, 0]
+            for p in range(nprog)]
+
+
+def free_work(qsl: Sequence[int], row_ends: Sequence[int], u: int, u_end: int, b: int, base: int,
+              rows: int, block_n: int) -> Iterator[Piece]:
+    """The pieces a Table/Free program scores, from its (u_begin, u_end, b, base)."""
+    num_seqs = len(qsl) - 1
+    while u < u_end and b < num_seqs:
+        qa, qb, end, ntiles, units = seq_units(qsl, row_ends, b, rows, block_n)
+        lo = u - base
+        hi = min(u_end - base, units)
+        if hi > lo:
+            u = base + hi
+        while lo < hi:  # the groups this program touches, each with its own tile range
+            j = lo // ntiles
+            t0 = lo - j * ntiles
+            t1 = min(hi - j * ntiles, ntiles)
+            r0 = qa + j * rows
+            yield b, r0, min(r0 + rows, qb), t0, t1
+            lo = (j + 1) * ntiles
+        base += units
+        b += 1
+
+
+def prefill_work(qsl: Sequence[int], row_ends: Sequence[int], group: int, part: int, rows: int,
+                 block_n: int, parts: int) -> Iterator[Piece]:
+    """The pieces Prefill program (group, part) scores."""
+    num_seqs = len(qsl) - 1
+    live = qsl[num_seqs]
+    row0 = group * rows
+    chunk_end = min(row0 + rows, live)
+    lo, hi = 0, num_seqs
+    while hi - lo > 1:  # last sequence starting at or before row0
+        mid = (lo + hi) // 2
+        if qsl[mid] <= row0:
+            lo = mid
+        else:
+            hi = mid
+    b = lo
+    qa = qsl[b] if num_seqs > 0 else 0
+    while b < num_seqs and qa < chunk_end:
+        qb = qsl[b + 1]
+        r0, r1 = max(row0, qa), min(chunk_end, qb)
+        end = row_ends[r1 - 1] if r1 > r0 else 0
+        ntiles = cdiv(end, block_n)
+        yield b, r0, r1, part * ntiles // parts, (part + 1) * ntiles // parts
+        b += 1
+        qa = qb
+
+
+def piece_tiles(row_ends: Sequence[int], piece: Piece, block_n: int) -> range:
+    """Key tiles of a piece that hold at least one key of its rows (later tiles store nothing,
+    so kernels may stop at the group end: the rows' largest row_end)."""
+    _, r0, r1, t0, t1 = piece
+    gend = max((row_ends[r] for r in range(r0, r1)), default=0)
+    return range(t0, min(t1, cdiv(gend, block_n)))
