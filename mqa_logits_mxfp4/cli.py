@@ -274,7 +274,6 @@ EXPECTED_SPILLS: dict[tuple[str, str], str] = {}
 ISA_VARIANTS = (("free", 4), ("free", 64), ("prefill", 64))
 _MODE_CODE = {"free": 1, "prefill": 2}
 _ISA_HEADS = 64
-_MAX_COLS = 256  # rows x heads of one tile (backends/triton/backend.py MAX_COLS)
 
 # mqa_logits_kernel's runtime arguments as backend.launch() passes them for a non-flat output:
 # oo_ptr and sched_ptr receive row_ends (int32) there; Python ints below 2^31 specialize to i32.
@@ -289,17 +288,30 @@ _DIVISIBLE = [name for name, ty in _SIGNATURE.items() if ty.startswith("*")] + [
 
 
 def isa_jobs(targets=None, modes=None) -> list[dict]:
-    """Every (instance, target, mode, SEQ_P2) the isa command compiles, at heads 64."""
+    """Every (instance, target, mode, SEQ_P2) the isa command compiles, at heads 64 where the
+    instance serves 64 heads, else at the most heads it serves."""
     from .backends.triton.backend import _MMA
     from .backends.triton.instances import INSTANCES
+    import torch
+
+    from .backends.triton.backend import BACKEND
+    from .dispatch.config import ProblemKey
+
+    def heads_for(inst, target):
+        """Heads 64 where the backend admits the instance there, else the most it admits."""
+        fits = [h for h in inst.heads if not BACKEND.instance_supports(inst, ProblemKey(
+            torch.device("cpu"), target, 1, h, 128, 64, 1, False, 64, 64, 1, 4096))]
+        return _ISA_HEADS if _ISA_HEADS in fits else max(fits, default=None)
+
     jobs = []
     for target in targets or ISA_DEFAULT_TARGETS:
         for inst in INSTANCES:
-            if target not in inst.arches or inst.rows * _ISA_HEADS > _MAX_COLS:
+            heads = heads_for(inst, target) if target in inst.arches else None
+            if heads is None:
                 continue
             for mode, seq_p2 in ISA_VARIANTS:
                 if not modes or mode in modes:
-                    jobs.append(dict(instance=inst.name, family=inst.family, mma_kind=_MMA[inst.family],
+                    jobs.append(dict(instance=inst.name, heads=heads, family=inst.family, mma_kind=_MMA[inst.family],
                                      rows=inst.rows, block_n=inst.block_n, warps=inst.warps,
                                      stages=inst.stages, target=target, mode=mode, seq_p2=seq_p2))
     return jobs
@@ -345,7 +357,7 @@ def compile_isa(job: dict) -> dict:
         rec["error"] = "mqa_logits_kernel was decorated under TRITON_INTERPRET=1; cannot AOT-compile"
         return rec
     # the constexprs backend.launch() passes, at a production tile
-    consts = dict(HEADS=_ISA_HEADS, LOG2_H=_ISA_HEADS.bit_length() - 1, D=128, PAGE=64, PPB=1,
+    consts = dict(HEADS=job["heads"], LOG2_H=job["heads"].bit_length() - 1, D=128, PAGE=64, PPB=1,
                   GATHER=False, R=job["rows"], BLOCK_N=job["block_n"], MMA=job["mma_kind"],
                   MODE=_MODE_CODE[job["mode"]], PARTS=1, SEQ_P2=job["seq_p2"], FLAT_OUT=False,
                   INTERP=False)
@@ -396,11 +408,11 @@ def _judge(rec: dict) -> list[str]:
 
 
 def _isa_table(records: list[dict]) -> str:
-    head = (f"{'instance':<18} {'target':<7} {'mode':<8} {'SEQ_P2':>6} {'regs':>5} {'spill B':>8} "
+    head = (f"{'instance':<18} {'heads':<5} {'target':<7} {'mode':<8} {'SEQ_P2':>6} {'regs':>5} {'spill B':>8} "
             f"{'shared B':>9} {'compile':>8}  {'MMA':<32} status")
     lines = [head, "-" * len(head)]
     for r in records:
-        where = f"{r['instance']:<18} {r['target']:<7} {r['mode']:<8} {r['seq_p2']:>6}"
+        where = f"{r['instance']:<18} H{r['heads']:<4} {r['target']:<7} {r['mode']:<8} {r['seq_p2']:>6}"
         if "error" in r:
             lines.append(f"{where} FAIL {r['error']}")
             continue
@@ -422,7 +434,7 @@ def _cmd_isa(args, parser) -> int:
     jobs = isa_jobs(args.target, args.mode)
     t0 = time.perf_counter()
     workers = max(1, min(args.jobs or os.cpu_count() or 1, len(jobs)))
-    print(f"isa: {len(jobs)} compiles of mqa_logits_kernel (H{_ISA_HEADS} D128 page 64), triton "
+    print(f"isa: {len(jobs)} compiles of mqa_logits_kernel (heads 64, or the most an instance serves; D128 page 64), triton "
           f"{triton.__version__}, {workers} process(es)", flush=True)
     if workers == 1:
         records = [compile_isa(job) for job in jobs]

@@ -54,9 +54,13 @@ def test_isa_command_passes(run):
 
 
 def test_every_instance_compiled_at_production_tiles(records):
-    want = {(i.name, t, m, p) for i in INSTANCES if i.rows * 64 <= 256
+    # every instance on each of its default targets, at 64 heads where it serves 64 heads
+    want = {(i.name, t, m, p) for i in INSTANCES
             for t in ("sm_90", "gfx950") if t in i.arches for m, p in ISA_VARIANTS}
     assert {(r["instance"], r["target"], r["mode"], r["seq_p2"]) for r in records} == want
+    for r in records:
+        assert r["heads"] == (64 if r["rows"] * 64 * r["block_n"] <= 32 * 32 * r["warps"] else
+                              max(h for h in (16, 32, 64, 128) if r["rows"] * h * r["block_n"] <= 32 * 32 * r["warps"])), r
     assert [r for r in records if "error" in r] == []
 
 
