@@ -13,7 +13,7 @@ DECODE_MAX_QLEN = 8    # up to this many rows a sequence, the default rule treat
 MAX_COLS = 256          # rows x heads of one tile: the MMA's N and the accumulator's width
 _MMA = {"fp8": 0, "f16": 1, "scaled": 2}
 _MODE = {"table": 0, "free": 1, "prefill": 2}
-_PREFERRED_FAMILY = {"gfx950": "scaled", "gfx1250": "scaled", "sm_100": "scaled", "sm_103": "scaled",
+_PREFERRED_FAMILY = {"gfx950": "scaled", "gfx1250": "scaled",
                      "gfx942": "f16", "gfx90a": "f16", "sm_80": "f16", "sm_86": "f16"}
 
 
