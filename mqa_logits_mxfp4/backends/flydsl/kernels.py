@@ -211,13 +211,13 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                     v = [v[j] + v[j + m] for j in range_constexpr(m)]
                 acc = v[0]
                 for k in range_constexpr(4):  # heads c and c + 8, 4, 2, 1 within the tile
-                    lanes = []
+                    rotated = []
                     for e in range_constexpr(4):
                         a = acc[e]
                         rot = rocdl.update_dpp(T.f32, a.ir_value(), a.ir_value(), DPP_ROW_ROR + (8 >> k),
                                                0xF, 0xF, False)
-                        lanes.append(a + fx.Float32(rot))
-                    acc = Vector.from_elements(lanes, fx.Float32)
+                        rotated.append(a + fx.Float32(rot))
+                    acc = Vector.from_elements(rotated, fx.Float32)
                 vals.append(acc)
             res = vals[0]
             for ri in range_constexpr(1, R):

@@ -41,13 +41,12 @@ class KernelSpec:
 
 def check_matrix() -> list[KernelSpec]:
     """Every instance x mode at the DeepSeek-V4 layout (64-token pages, row-major out, bf16
-    weights), plus each other layout option on one instance per mode: 8-token pages x 32 (V4.1
-    full layers), gather with 8-token pages (V4.1 candidate layers), flat out, fp32 weights."""
+    weights), plus each other layout option once (the options are independent of the mode's
+    work split): 8-token pages x 32 per table entry (V4.1 full layers), gather with 8-token
+    pages (V4.1 candidate layers), 16-token pages with a flat out and fp32 weights."""
     from .instances import INSTANCES
-    specs = [KernelSpec(i.heads[0], i.rows, i.warps, 64, 1, False, m, False, True)
+    return ([KernelSpec(i.heads[0], i.rows, i.warps, 64, 1, False, m, False, True)
              for i in INSTANCES for m in MODES]
-    for m in MODES:
-        specs += [KernelSpec(32, 8, 4, 8, 32, False, m, False, True),
-                  KernelSpec(32, 1, 4, 8, 1, True, m, False, True),
-                  KernelSpec(64, 2, 4, 16, 1, False, m, True, False)]
-    return specs
+            + [KernelSpec(32, 8, 4, 8, 32, False, "table", False, True),
+               KernelSpec(32, 1, 4, 8, 1, True, "free", False, True),
+               KernelSpec(64, 2, 4, 16, 1, False, "prefill", True, False)])

@@ -1,0 +1,303 @@
+"""The FlyDSL backend on a machine that cannot run it: why not, its rules, its work split, its ISA.
+
+- available() names what is missing here, and pinning the backend raises with that reason;
+- worksplit.cta_range (the Python statement of the unit numbering the FlyDSL kernels transcribe)
+  matches the records of the shared Triton schedule kernel, and every mode covers every key of
+  every live row exactly once;
+- every FlyDSL kernel x mode of spec.check_matrix() compiles for gfx950 (tests/flydsl_compile_check.py,
+  two subprocesses), with no `error:` on stderr, the gfx950 target, one scaled MFMA per
+  (scale block, row, 16-head tile), no spills and no scratch.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import mqa_logits_mxfp4 as mx
+from mqa_logits_mxfp4.backends.flydsl import worksplit
+from mqa_logits_mxfp4.backends.flydsl.backend import BACKEND
+from mqa_logits_mxfp4.backends.flydsl.instances import INSTANCES
+from mqa_logits_mxfp4.backends.flydsl.spec import MODES, check_matrix
+from mqa_logits_mxfp4.backends.flydsl.toolchain import PINNED_VERSION, find_lld, installed_version
+from mqa_logits_mxfp4.dispatch import env, registry, table
+from mqa_logits_mxfp4.dispatch.config import ProblemKey
+
+CHECK = Path(__file__).with_name("flydsl_compile_check.py")
+HAVE_FLYDSL = importlib.util.find_spec("flydsl") is not None
+INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
+needs_flydsl = pytest.mark.skipif(not HAVE_FLYDSL, reason="flydsl is not installed (pip install -e .[flydsl]); "
+                                                          "CI installs it, so there these checks run")
+
+
+@pytest.fixture
+def isolated(monkeypatch, tmp_path_factory):
+    for name in [n for n in os.environ if n.startswith(env.PREFIX)]:
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(table, "CONFIG_DIR", tmp_path_factory.mktemp("no_shipped_configs"))
+    mx.reload()
+    yield monkeypatch
+    mx.reload()
+
+
+def gfx950_key(**over) -> ProblemKey:
+    base = dict(device=torch.device("cuda", 0), arch="gfx950", cu_num=256, heads=64, head_dim=128,
+                page_size=64, pages_per_block=1, gather=False, max_rows=8, max_seqs=4, max_qlen=2,
+                max_seq_len=4096)
+    return ProblemKey(**{**base, **over})
+
+
+# ---------------------------------------------------------------------------------------------
+# availability and rules
+
+
+def test_available_names_what_is_missing_here():
+    reason = BACKEND.available()
+    assert reason is not None, "this test expects a machine without a gfx950 device"
+    if not HAVE_FLYDSL:
+        assert (reason.check, "pip install -e .[flydsl]" in reason.message) == ("install", True)
+    elif installed_version() != PINNED_VERSION:
+        assert reason.check == "install" and PINNED_VERSION in reason.message
+    elif not torch.version.hip:
+        assert reason.check == "torch"
+        assert f"need a ROCm build of torch; got torch {torch.__version__}" in reason.message
+    else:
+        assert reason.check == "device" and "gfx950" in reason.message
+
+
+def test_pinning_flydsl_raises_with_that_reason(isolated):
+    isolated.setenv("MQA_LOGITS_MXFP4_BACKEND", "flydsl")
+    mx.reload()
+    with pytest.raises(mx.PinnedBackendError) as e:
+        mx.mqa_logits_mxfp4_config("cpu", heads=64, max_rows=4, max_seqs=2, max_seq_len=1024)
+    assert "pinned backend flydsl (MQA_LOGITS_MXFP4_BACKEND) cannot serve" in str(e.value)
+    assert str(BACKEND.available()) in str(e.value)
+
+
+def test_pinning_a_flydsl_instance_raises_with_that_reason(isolated):
+    isolated.setenv("MQA_LOGITS_MXFP4_INSTANCE", "fly_h64_r1w4")
+    mx.reload()
+    with pytest.raises(mx.PinnedBackendError) as e:
+        mx.mqa_logits_mxfp4_config("cpu", heads=64, max_rows=4, max_seqs=2, max_seq_len=1024)
+    assert "pinned instance flydsl/fly_h64_r1w4" in str(e.value) and str(BACKEND.available()) in str(e.value)
+
+
+@pytest.mark.skipif(not INTERPRETING, reason="a CPU config needs the Triton interpreter: TRITON_INTERPRET=1")
+def test_explain_lists_flydsl_with_its_reason(isolated):
+    cfg = mx.mqa_logits_mxfp4_config("cpu", heads=64, max_rows=4, max_seqs=2, max_seq_len=1024)
+    assert f"flydsl: {BACKEND.available()}" in cfg.explain()
+
+
+def test_instances_are_registered_and_never_validated():
+    assert registry.get("flydsl") is BACKEND
+    names = [i.name for i in BACKEND.instances()]
+    assert {"fly_h32_r1w4", "fly_h64_r1w4", "fly_h128_r1w4"} <= set(names) and len(set(names)) == len(names)
+    for inst in INSTANCES:
+        assert inst.validated_on == () and not inst.validated("gfx950")
+        assert inst.arches == ("gfx950",) and inst.modes == tuple(MODES) and {8, 64} <= set(inst.page_sizes)
+        assert registry.find_instance(inst.name) == (BACKEND, inst)
+
+
+@pytest.mark.parametrize("over, reason", [
+    (dict(arch="gfx942"), "arch: flydsl kernels are built for gfx950 only; got gfx942"),
+    (dict(arch="sm_90"), "arch: flydsl kernels are built for gfx950 only; got sm_90"),
+    (dict(head_dim=256), "head_dim: flydsl kernels need head_dim 128; got 256"),
+])
+def test_backend_rules(over, reason):
+    assert reason in [str(r) for r in BACKEND.supports(gfx950_key(**over))]
+
+
+def test_backend_fits_the_model_layouts():
+    for over in (dict(), dict(heads=32, page_size=8, pages_per_block=32), dict(heads=32, page_size=8, gather=True)):
+        key = gfx950_key(**over)
+        assert BACKEND.supports(key) == [] and BACKEND.ranked_picks(key)
+
+
+@pytest.mark.parametrize("name, over, reason", [
+    ("fly_h64_r1w4", dict(heads=32), "heads: fly_h64_r1w4 needs heads in (64,); got 32"),
+    ("fly_h64_r1w4", dict(page_size=12), "page_size: fly_h64_r1w4 needs page_size in (8, 16, 32, 64, 128); got 12"),
+    ("fly_h64_r2w4", dict(gather=True),
+     "gather: gather mode needs a one-row instance (each row has its own table); fly_h64_r2w4 has 2"),
+])
+def test_instance_rules(name, over, reason):
+    inst = next(i for i in INSTANCES if i.name == name)
+    assert reason in [str(r) for r in BACKEND.instance_supports(inst, gfx950_key(**over))]
+
+
+def test_default_rule():
+    decode = BACKEND.ranked_picks(gfx950_key(max_qlen=3))
+    assert decode[0] == (next(i for i in INSTANCES if i.name == "fly_h64_r4w4"), "free")
+    prefill = BACKEND.ranked_picks(gfx950_key(max_qlen=512, max_rows=2048))
+    assert prefill[0][1] == "prefill" and prefill[0][0].rows == 4
+    gather = BACKEND.ranked_picks(gfx950_key(heads=32, page_size=8, gather=True))
+    assert {i.rows for i, _ in gather} == {1}
+
+
+def test_launch_arguments_match_the_kernel_signature():
+    """The host side's argument list against the launcher's parameters (order, count, 16-byte rule)."""
+    cfg = SimpleNamespace(instance="fly_h64_r2w4", heads=64, page_size=64, pages_per_block=1, gather=False,
+                          max_seqs=5, table_grid=7, prefill_grid=(3, 2))
+    q = torch.zeros(4, 64, 64, dtype=torch.uint8)
+    t = dict(q=q, q_scale=torch.zeros(4, 64, 4, dtype=torch.uint8), kv_cache=torch.zeros(3, 64, 64, dtype=torch.uint8),
+             kv_scale=torch.zeros(3, 64, 4, dtype=torch.uint8), weights=torch.zeros(4, 64, dtype=torch.bfloat16),
+             block_tables=torch.zeros(2, 9, dtype=torch.int32), query_start_loc=torch.tensor([0, 2, 4], dtype=torch.int32),
+             row_ends=torch.ones(4, dtype=torch.int32), out=torch.zeros(4, 100), out_offsets=None, records=None)
+    args = BACKEND.launch_args(cfg, "prefill", **t)
+    assert args[11:] == [2, 8, 64, 9, 100, 3, 2]      # num_seqs, lanes, strides (w, bt, out), grid
+    assert BACKEND.launch_args(cfg, "free", **t)[-2:] == [7, 1]
+    names = ["q", "qs", "kv", "ks", "w", "bt", "qsl", "re", "out", "oo", "sched", "num_seqs", "lanes",
+             "stride_w", "stride_bt", "stride_out", "grid_x", "grid_y"]
+    assert len(args) == len(names)
+    if HAVE_FLYDSL:
+        import inspect
+
+        from mqa_logits_mxfp4.backends.flydsl.kernels import build
+        launcher = build(BACKEND.kernel_spec(cfg, "prefill", t["weights"], False))
+        assert list(inspect.signature(launcher.func).parameters) == names + ["stream"]
+    with pytest.raises(mx.MqaLogitsError, match="q in 16-byte vectors, so its data must be 16-byte aligned"):
+        BACKEND.launch_args(cfg, "free", **{**t, "q": q.view(-1)[8:8 + 64 * 64 * 3].view(3, 64, 64)})
+
+
+# ---------------------------------------------------------------------------------------------
+# the work split: one Python statement, checked against the shared Triton schedule kernel
+
+
+def ragged_cases(seed=7, count=6):
+    """(query_start_loc, row_ends) lists: empty sequences, zero windows, long and short contexts."""
+    rng = random.Random(seed)
+    cases = [([0], []), ([0, 0, 0], []), ([0, 3], [0, 0, 0]), ([0, 1, 1, 4], [5, 64, 65, 200])]
+    for _ in range(count):
+        qsl, ends = [0], []
+        for _ in range(rng.randint(1, 7)):
+            rows = rng.choice([0, 1, 1, 2, 3, 5, 9])
+            ctx = rng.choice([0, 1, 63, 64, 65, 300, 1000])
+            ends += sorted(min(ctx, max(0, ctx - rows + 1 + j + rng.randint(-2, 0))) for j in range(rows))
+            qsl.append(qsl[-1] + rows)
+        cases.append((qsl, ends))
+    return cases
+
+
+def lanes_for(qsl):
+    return 1 << max(0, len(qsl) - 2).bit_length()   # next power of two >= num_seqs, as SEQ_P2
+
+
+@pytest.mark.skipif(not INTERPRETING, reason="the Triton schedule kernel runs on the CPU under TRITON_INTERPRET=1")
+@pytest.mark.parametrize("rows, block_n", [(1, 64), (2, 64), (4, 32)])
+def test_cta_range_matches_the_triton_schedule_records(rows, block_n):
+    from mqa_logits_mxfp4.backends.triton.kernels import build_schedule_kernel
+    for qsl, ends in ragged_cases():
+        lanes = lanes_for(qsl)
+        for nprog in (1, 3, 8):
+            records = torch.full((nprog, 8), -1, dtype=torch.int32)
+            build_schedule_kernel[(nprog,)](torch.tensor(qsl, dtype=torch.int32),
+                                            torch.tensor(ends or [0], dtype=torch.int32), records, len(qsl) - 1,
+                                            R=rows, BLOCK_N=block_n, SEQ_P2=lanes)
+            want = worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes)
+            assert [r[:4] for r in records.tolist()] == [r[:4] for r in want], (qsl, ends, nprog)
+
+
+def covered(qsl, ends, pieces, block_n):
+    """(row, key) -> times stored, from the pieces the programs of one launch score."""
+    seen = {}
+    for piece in pieces:
+        b, r0, r1, _, _ = piece
+        assert qsl[b] <= r0 <= r1 <= qsl[b + 1], piece   # Prefill may visit an empty sequence
+        for t in worksplit.piece_tiles(ends, piece, block_n):
+            for r in range(r0, r1):
+                for n in range(t * block_n, min((t + 1) * block_n, ends[r])):
+                    seen[r, n] = seen.get((r, n), 0) + 1
+    return seen
+
+
+@pytest.mark.parametrize("rows, block_n", [(1, 64), (2, 64), (4, 16)])
+def test_every_mode_stores_every_key_of_every_live_row_once(rows, block_n):
+    for qsl, ends in ragged_cases(seed=11):
+        want = {(r, n): 1 for r in range(qsl[-1]) for n in range(ends[r])}
+        lanes = lanes_for(qsl)
+        for nprog in (1, 2, 5, 13):
+            pieces = [p for rec in worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes)
+                      for p in worksplit.free_work(qsl, ends, *rec[:4], rows, block_n)]
+            assert covered(qsl, ends, pieces, block_n) == want, ("free/table", qsl, ends, nprog)
+        groups = max(1, -(-len(ends) // rows))
+        for parts in (1, 2, 3):
+            pieces = [p for g in range(groups) for part in range(parts)
+                      for p in worksplit.prefill_work(qsl, ends, g, part, rows, block_n, parts)]
+            assert covered(qsl, ends, pieces, block_n) == want, ("prefill", qsl, ends, parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# compile checks: every kernel x mode for gfx950, ISA facts per kernel
+
+
+def run_check(*args, timeout=600):
+    envs = {k: v for k, v in os.environ.items() if k not in ("ROCM_PATH", "FLYDSL_GPU_ARCH", "ARCH")}
+    return subprocess.Popen([sys.executable, str(CHECK), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=envs)
+
+
+@functools.cache
+def compiled_records():
+    """One subprocess per CPU core (two at most), each compiling its shard of the matrix."""
+    shards = max(1, min(2, os.cpu_count() or 1))
+    procs = [run_check("--route", "isa", "--shard", f"{i}/{shards}") for i in range(shards)]
+    records, failures = {}, []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        if p.returncode:
+            failures.append(f"exit {p.returncode}: {err[-3000:]}")
+        for line in out.splitlines():
+            if line.startswith("{"):
+                rec = json.loads(line)
+                records[rec["name"]] = rec
+    return records, failures
+
+
+MATRIX = check_matrix()
+
+
+@needs_flydsl
+def test_compile_check_covers_every_instance_and_mode():
+    records, failures = compiled_records()
+    assert failures == []
+    assert set(records) == {s.name for s in MATRIX}
+    assert {(r["spec"]["heads"], r["spec"]["rows"], r["spec"]["mode"]) for r in records.values()} >= {
+        (i.heads[0], i.rows, m) for i in INSTANCES for m in MODES}
+
+
+@needs_flydsl
+@pytest.mark.parametrize("spec", MATRIX, ids=[s.name for s in MATRIX])
+def test_kernel_compiles_for_gfx950(spec):
+    rec = compiled_records()[0].get(spec.name)
+    assert rec is not None, "the compile-check subprocess did not reach this kernel"
+    assert rec["error"] is None and "error:" not in rec["stderr"], rec["error"] or rec["stderr"]
+    f = rec["facts"]
+    assert f["target"] == "amdgcn-amd-amdhsa-unknown-gfx950"
+    # one scaled MFMA per scale block, row and 16-head tile of a 16-key step: docs/numerics.md step 3
+    assert f["scaled_mfma"] == 4 * spec.rows * spec.heads // 16
+    assert (f["vgpr_spill_count"], f["sgpr_spill_count"], f["private_segment_fixed_size"]) == (0, 0, 0)
+    assert f["vgpr_count"] <= 256, "more than half the register file: one wave per SIMD"
+    assert f["group_segment_fixed_size"] == spec.rows * spec.heads * 84   # staged queries only
+
+
+@needs_flydsl
+def test_one_kernel_links_with_lld():
+    """The route that produces a real code object: ld.lld >= 18 (Debian lld-19) behind a private
+    ROCM_PATH. CI installs lld-19; elsewhere the ISA route above is the whole check."""
+    if find_lld() is None:
+        pytest.skip("no ld.lld >= 18 on this machine (apt-get install lld-19)")
+    p = run_check("--route", "lld", "--shard", f"0/{len(MATRIX)}")
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err[-3000:]
+    rec = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    assert rec["route"] == "lld" and rec["error"] is None and "error:" not in rec["stderr"]
+    assert rec["facts"]["target"] == "amdgcn-amd-amdhsa-unknown-gfx950" and rec["facts"]["scaled_mfma"] > 0
