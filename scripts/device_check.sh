@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One call on a GPU machine: install, run the gpu-marked suite, then the quick benchmark.
-# Usage: bash scripts/device_check.sh [tests|bench|all]   (logs and CSVs go to $OUT or ./device-out)
+# One call on a GPU machine: install, run the gpu-marked suite, then the benchmark.
+# Usage: bash scripts/device_check.sh [tests|bench|all]   (logs, CSV and PNG go to $OUT or ./device-out)
+# BENCH_ARGS replaces the bench's default selection (--suite deepseek_v4 --quick), e.g.
+#   BENCH_ARGS="--suite deepseek_v4 --suite deepseek_v4_1 --quick --best"
 set -uo pipefail
 out=${OUT:-device-out}; mkdir -p "$out"
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache} PYTHONUNBUFFERED=1
@@ -15,7 +17,11 @@ if [[ $what == tests || $what == all ]]; then
   rc=$((rc | ${PIPESTATUS[0]}))
 fi
 if [[ $what == bench || $what == all ]]; then
-  python3 -m mqa_logits_mxfp4.tuning.quick_bench --csv "$out/bench.csv" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log"
+  # the package CLI's bench; the tuning module's own entry point until the CLI registers it
+  bench=(python3 -m mqa_logits_mxfp4 bench)
+  "${bench[@]}" --help >/dev/null 2>&1 || bench=(python3 -m mqa_logits_mxfp4.tuning.commands bench)
+  "${bench[@]}" ${BENCH_ARGS:---suite deepseek_v4 --quick} --csv "$out/bench.csv" --png "$out/bench.png" \
+    --log "$out/bench-candidates.jsonl" 2>&1 | tee "$out/bench.log"
   rc=$((rc | ${PIPESTATUS[0]}))
 fi
 exit $rc

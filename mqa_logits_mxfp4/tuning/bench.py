@@ -1,0 +1,130 @@
+"""The benchmark (SPEC section 7, shared/notes/PERFORMANCE.md): per shape and candidate (or the
+best of each backend), after the same reference check as the tuner: microseconds, GB/s, TFLOP/s
+and the fraction of the roofline floor, from ceilings measured in the same run, plus the torch
+path. Rows go to a CSV; report.py draws the PNG.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import torch
+
+from .suites import Shape
+from .tuner import ShapeResult, Tuner, provenance
+
+COLUMNS = ("suite", "shape", "kind", "backend", "instance", "mode", "status", "us", "launch_us", "schedule_us",
+           "layers", "GBps", "TFLOPs", "floor_us", "fraction", "bytes", "flops", "copy_GBps", "fp8_TFLOPs",
+           "bf16_TFLOPs", "device_name", "torch_version", "triton_version", "tool_version", "date", "note")
+
+
+def problem_work(problem) -> dict:
+    """Useful FLOPs and the fewest bytes of one call (PERFORMANCE.md 'Work and bytes').
+
+    Bytes: each sequence's keys once (page-aligned; in gather mode the distinct blocks its rows
+    name), q + q_scale + weights once, and 4 bytes a written cell.
+    """
+    p = problem
+    live = p.live_rows
+    ends = p.row_ends[:live].long()
+    cells = int(ends.sum())
+    key_bytes = p.head_dim // 2 + p.head_dim // 32
+    qsl = p.query_start_loc.tolist()
+    keys = 0
+    if p.gather:
+        span = p.page_size * p.pages_per_block
+        for b in range(p.num_seqs):
+            r0, r1 = qsl[b], qsl[b + 1]
+            if r1 <= r0:
+                continue
+            need = (ends[r0:r1] + span - 1) // span  # table entries each row reads
+            cols = torch.arange(p.block_tables.shape[1], device=need.device)
+            named = p.block_tables[r0:r1][cols[None] < need[:, None]]
+            keys += int(named.unique().numel()) * span
+    else:
+        for b in range(p.num_seqs):
+            r0, r1 = qsl[b], qsl[b + 1]
+            if r1 > r0:
+                keys += math.ceil(int(ends[r0:r1].max()) / p.page_size) * p.page_size
+    nbytes = (keys * key_bytes + live * p.heads * (key_bytes + p.weights.element_size()) + cells * 4)
+    return dict(bytes=nbytes, flops=2 * p.heads * p.head_dim * cells, cells=cells)
+
+
+def floor_us(work: dict, ceil: dict) -> float:
+    """max(bytes / copy bandwidth, FLOPs / FP8 peak (BF16 where there is no FP8 matmul))."""
+    peak = ceil.get("fp8_TFLOPs") or ceil["bf16_TFLOPs"]
+    return max(work["bytes"] / ceil["copy_GBps"] / 1e3, work["flops"] / peak / 1e6)
+
+
+def _rate_columns(us: float | None, work: dict, floor: float) -> dict:
+    if us is None or not us > 0:
+        return dict(GBps="", TFLOPs="", fraction="")
+    return dict(GBps=f"{work['bytes'] / us / 1e3:.4g}", TFLOPs=f"{work['flops'] / us / 1e6:.4g}",
+                fraction=f"{floor / us:.4g}")
+
+
+def shape_rows(shape: Shape, result: ShapeResult, work: dict, ceil: dict, best_only: bool) -> list[dict]:
+    """Bench rows of one shape: the timed candidates (re-timed values where there are), the
+    rejected ones (status says why) and the torch path."""
+    floor = floor_us(work, ceil)
+    base = dict(suite=shape.suite, shape=shape.name, kind=shape.kind, layers=shape.layers, floor_us=f"{floor:.3f}",
+                bytes=work["bytes"], flops=work["flops"])
+    final = {t.candidate.label: t for t in result.final}
+    timed = [final.get(t.candidate.label, t) for t in result.timed]
+    if best_only:
+        by_backend = {}
+        for t in sorted((t for t in timed if not t.pruned), key=lambda t: t.us):
+            by_backend.setdefault(t.candidate.backend.name, t)
+        timed = list(by_backend.values())
+    rows = []
+    for t in timed:
+        c = t.candidate
+        rows.append(dict(base, backend=c.backend.name, instance=c.instance.name, mode=c.mode,
+                         status="pruned" if t.pruned else "ok", us=f"{t.us:.3f}", launch_us=f"{t.launch_us:.3f}",
+                         schedule_us=f"{t.schedule_us:.3f}" if c.mode == "table" else "",
+                         **_rate_columns(t.us, work, floor),
+                         note="probe only: slower than the prune factor x the best" if t.pruned else ""))
+    if not best_only:
+        for label, reasons in result.rejected:
+            backend, instance, mode = label.split("/")
+            rows.append(dict(base, backend=backend, instance=instance, mode=mode, status="rejected",
+                             note=" | ".join(reasons)[:500]))
+    if result.ref_us is not None:
+        rows.append(dict(base, backend="torch", instance="torch_path", mode="", status="ok",
+                         us=f"{result.ref_us:.3f}", launch_us=f"{result.ref_us:.3f}",
+                         **_rate_columns(result.ref_us, work, floor),
+                         note="dequantize to bf16, batched matmul, relu, weighted head sum"))
+    return rows
+
+
+def bench(shapes: list[Shape], tuner: Tuner, ceil: dict, *, best_only: bool = False, progress=None) -> list[dict]:
+    """Bench rows for `shapes` (CSV columns: COLUMNS); `ceil` from timing.ceilings on the same device."""
+    prov = provenance(tuner.device)
+    ceil_cols = {k: (f"{ceil[k]:.4g}" if k in ceil else "") for k in ("copy_GBps", "fp8_TFLOPs", "bf16_TFLOPs")}
+    rows = []
+    for shape in (progress(shapes) if progress else shapes):
+        work = {}
+        try:
+            result = tuner.measure(shape, on_problem=lambda p: work.update(problem_work(p)))
+        except Exception as e:  # e.g. out of memory: the row says so and the bench goes on
+            rows.append(dict(suite=shape.suite, shape=shape.name, kind=shape.kind, status="error",
+                             note=f"{type(e).__name__}: {e}"[:500], **ceil_cols, **prov))
+            if tuner.device.type == "cuda":
+                torch.cuda.empty_cache()
+            continue
+        report = getattr(progress, "report", None)
+        if report:
+            report(shape, result)
+        rows += [dict(r, **ceil_cols, **prov) for r in shape_rows(shape, result, work, ceil, best_only)]
+    return rows
+
+
+def write_csv(path, rows: list[dict]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
