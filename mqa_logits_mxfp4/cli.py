@@ -467,7 +467,7 @@ def _cmd_isa(args, parser) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mqa-logits-mxfp4",
                                 description="MXFP4 paged MQA indexer logits (DeepSeek-V4 / V4.1).")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,explain,isa}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,explain,isa,tune,bench}")
 
     run = sub.add_parser("run", help="a small DeepSeek-V4 forward (decode + prefill) checked "
                          "against the reference, with the decision and timings")
@@ -502,11 +502,16 @@ def _parser() -> argparse.ArgumentParser:
                      help="only this mode (repeatable; default all)")
     isa.add_argument("--jobs", type=int, help="compile processes (default: CPU count)")
     isa.set_defaults(subparser=isa)
+    from .tuning.commands import add_commands
+    add_commands(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is not None:  # tune / bench (tuning/commands.py)
+        return handler(args, args.subparser)
     command = {"run": _cmd_run, "explain": _cmd_explain, "isa": _cmd_isa}[args.command]
     return command(args, args.subparser)
