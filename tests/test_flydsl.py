@@ -25,7 +25,7 @@ import pytest
 import torch
 
 import mqa_logits_mxfp4 as mx
-from mqa_logits_mxfp4.backends.flydsl import worksplit
+from mqa_logits_mxfp4.dispatch import worksplit
 from mqa_logits_mxfp4.backends.flydsl.backend import BACKEND
 from mqa_logits_mxfp4.backends.flydsl.instances import INSTANCES
 from mqa_logits_mxfp4.backends.flydsl.spec import MODES, check_matrix

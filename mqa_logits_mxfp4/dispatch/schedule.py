@@ -1,7 +1,7 @@
 """Table mode's schedule: fixed-size per-program records built on the device, once a forward.
 
 A record is RECORD_INTS int32 (32 bytes): [first unit, end unit, first sequence, units before
-that sequence, 0, 0, 0, 0], with units numbered as backends/triton/kernels.py describes. The
+that sequence, 0, 0, 0, 0], with units numbered as dispatch/worksplit.py states. The
 records are built by one kernel shared by every backend (no second copy of the work split).
 """
 

@@ -1,6 +1,7 @@
 """The work split every schedule mode uses, written once in plain Python.
 
-This is the executable statement of the rules in backends/triton/kernels.py (`_cta_range`,
+This is the executable statement of the rules every backend follows, and which
+backends/triton/kernels.py implements (`_cta_range`,
 `build_schedule_kernel`, the Free/Table/Prefill loops of `mqa_logits_kernel`): units are
 (row group, key tile) pairs numbered sequence-major, group-major, tile-minor; sequence b has
 ceil(rows_b / R) groups of up to R rows, each with ceil(end_b / BLOCK_N) key tiles, end_b being
@@ -8,7 +9,7 @@ the row_end of the sequence's last row; program p of G takes units [p*total//G, 
 Prefill program (g, part) takes global rows [g*R, g*R+R), split at sequence starts, and cuts
 each piece's tiles into `parts` equal shares.
 
-The FlyDSL kernels (kernels.py) are a line-by-line transcription of `free_work`,
+The FlyDSL kernels (backends/flydsl/kernels.py) are a line-by-line transcription of `free_work`,
 `prefill_work` and `cta_range`; tests/test_flydsl.py checks `cta_range` against the records
 the shared Triton `build_schedule_kernel` writes, and that every mode covers every key of every
 live row exactly once.

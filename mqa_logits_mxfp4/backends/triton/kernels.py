@@ -8,7 +8,8 @@ docs/numerics.md's canonical order in all of them, so they are bitwise identical
 Work units (Free and Table): sequence b has ceil(rows_b / R) groups, each with
 ceil(end_b / BLOCK_N) key tiles (end_b: the sequence's last row_end); units are numbered
 sequence-major, group-major, tile-minor, and program p takes units
-[p * total // G, (p + 1) * total // G).
+[p * total // G, (p + 1) * total // G). dispatch/worksplit.py states these rules in plain Python;
+every backend's kernels transcribe it.
 """
 
 import triton
