@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -85,6 +86,32 @@ class Backend(Protocol):
     def launch(self, cfg, mode: str, q, q_scale, kv_cache, kv_scale, weights, block_tables,
                query_start_loc, row_ends, out, out_offsets, records) -> None:
         """Score on the device; inputs are already checked."""
+
+
+DECODE_MAX_QLEN = 8  # up to this many rows a sequence, the default rules treat a call as decode
+
+
+def rank_by_rows(cands: list[Instance], key) -> list[tuple[Instance, str]]:
+    """The default rule every backend shares: decode (max_qlen <= DECODE_MAX_QLEN) takes Free with
+    the fewest rows that hold a sequence's rows, then wider-first the rest; prefill takes Prefill,
+    widest first. sorted() is stable, so ties keep the instance list's order."""
+    if key.max_qlen <= DECODE_MAX_QLEN:
+        fit = sorted((i for i in cands if i.rows >= key.max_qlen), key=lambda i: i.rows)
+        rest = sorted((i for i in cands if i.rows < key.max_qlen), key=lambda i: -i.rows)
+        return [(i, "free") for i in fit + rest]
+    return [(i, "prefill") for i in sorted(cands, key=lambda i: -i.rows)]
+
+
+def grid_sizes(inst: Instance, key) -> tuple[int, tuple[int, int]]:
+    """(Table/Free programs, (Prefill row groups, parts)) from static bounds only: one program
+    per CTA slot (at most the units the bounds allow); Prefill cuts each row group's key tiles
+    into enough parts to fill the slots."""
+    tiles = math.ceil(key.max_seq_len / inst.block_n)
+    units = key.max_seqs * math.ceil(key.max_qlen / inst.rows) * tiles
+    slots = 4 if key.arch == "cpu" else key.cu_num * inst.ctas_per_sm
+    groups = math.ceil(key.max_rows / inst.rows)
+    parts = max(1, min(tiles, math.ceil(slots / groups)))
+    return max(1, min(slots, units)), (groups, parts)
 
 
 def ok_if(rules: list[tuple[bool, str, str]]) -> list[Reason]:

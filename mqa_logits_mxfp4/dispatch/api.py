@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 
 from . import env, registry
-from .checks import as_bytes, check_contract, check_inputs, check_rows_tensors, reject_permuted_layout  # noqa: F401
+from .checks import as_bytes, check_contract, check_inputs, reject_permuted_layout
 from .config import MqaLogitsConfig, ProblemKey, mqa_logits_mxfp4_config
 from .errors import InputError
 from .schedule import MqaLogitsSchedule

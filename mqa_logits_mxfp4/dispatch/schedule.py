@@ -46,7 +46,7 @@ def mqa_logits_mxfp4_schedule(cfg: MqaLogitsConfig, query_start_loc: torch.Tenso
                               row_ends: torch.Tensor, buffers: torch.Tensor | None = None
                               ) -> MqaLogitsSchedule:
     """Build Table records on the device (no host read). `buffers`: from cfg.schedule_buffers()."""
-    from .api import check_rows_tensors
+    from .checks import check_rows_tensors
     check_rows_tensors(cfg, query_start_loc, row_ends)
     want = (cfg.table_grid, RECORD_INTS)
     if buffers is None:

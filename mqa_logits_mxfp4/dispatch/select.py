@@ -6,7 +6,7 @@ import logging
 
 import torch
 
-from ..backends.base import Instance, Reason
+from ..backends.base import DECODE_MAX_QLEN, Instance, Reason
 from . import registry, table
 from .config import MqaLogitsConfig, ProblemKey
 from .env import Settings
@@ -77,7 +77,7 @@ def _no_instance(backend, key: ProblemKey) -> str:
 
 def _default_mode(key: ProblemKey, inst: Instance) -> str:
     """Schedule-free mode when only the instance is given: Free for decode, else Prefill."""
-    return "free" if key.max_qlen <= 8 else "prefill"
+    return "free" if key.max_qlen <= DECODE_MAX_QLEN else "prefill"
 
 
 def _pinned(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:

@@ -30,27 +30,10 @@ _MODES = ("table", "free", "prefill")
 
 def _device(name: str | None, parser: argparse.ArgumentParser):
     """The torch device for --device (default: cuda if present, else cpu through the interpreter)."""
-    import torch
-    if name is None:
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        try:
-            device = torch.device(name)
-        except RuntimeError as e:
-            parser.error(f"--device: {e}")
-        if device.type not in ("cpu", "cuda"):
-            parser.error(f"--device must be cpu or cuda[:N]; got {name!r}")
-        if device.type == "cuda" and not torch.cuda.is_available():
-            parser.error(f"--device {name}: torch sees no CUDA/ROCm device here (torch {torch.__version__})")
+    from ..cli import _device as cli_device, _use_interpreter
+    device = cli_device(name, parser)
     if device.type == "cpu":
-        interpreting = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in _TRUE
-        if "mqa_logits_mxfp4.backends.triton.kernels" in sys.modules and not interpreting:
-            parser.error("the Triton kernels were already imported without TRITON_INTERPRET=1; set it "
-                         "in the environment to run on the CPU")
-        if not interpreting:
-            print("device cpu: setting TRITON_INTERPRET=1 (Triton kernels run on the CPU only through its "
-                  "interpreter; expect seconds a call)", file=sys.stderr)
-        os.environ["TRITON_INTERPRET"] = "1"
+        _use_interpreter(parser.prog)
     return device
 
 

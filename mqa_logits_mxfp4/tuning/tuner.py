@@ -24,6 +24,7 @@ from typing import Callable
 import torch
 
 from ..dispatch import registry, table
+from ..backends.base import DECODE_MAX_QLEN
 from ..dispatch.table import COLUMNS, KEY, SCHEMA_VERSION, TableError
 from ..reference import compare_to_reference, mqa_logits_reference
 from . import timing
@@ -33,7 +34,6 @@ log = logging.getLogger("mqa_logits_mxfp4.tuning")
 
 Timer = Callable[[Callable[[], object], str, int, int], list]
 REF_BUDGET_MACS = 1 << 34  # float64 reference work per shape; past it, bands of rows are checked
-DECODE_MAX_QLEN = 8  # a Table row's schedule-free fallback: Free up to this qlen, else Prefill
 
 
 def device_timer(device) -> Timer:

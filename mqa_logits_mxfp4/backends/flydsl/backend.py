@@ -9,18 +9,16 @@ keeps its own disk cache) and are never executed by this project's CI: every ins
 from __future__ import annotations
 
 import importlib.util
-import math
 import threading
 
 import torch
 
-from ..base import Instance, Reason, ok_if
+from ..base import Instance, Reason, grid_sizes, ok_if, rank_by_rows
 from .instances import INSTANCES
 from .spec import KernelSpec
 from .toolchain import PINNED_VERSION, installed_version
 
 ARCH = "gfx950"
-DECODE_MAX_QLEN = 8          # the same decode/prefill split as the Triton backend's default rule
 MAX_COLS = 256               # rows x heads of one row group (its LDS staging: 84 bytes a column)
 ALIGN = {"q": 16, "kv_cache": 16, "kv_scale": 16}   # the kernels' 16-byte loads
 
@@ -86,33 +84,16 @@ class FlydslBackend:
         ])
 
     def ranked_picks(self, key) -> list[tuple[Instance, str]]:
-        """Per-arch default rule: the fewest rows that hold a sequence's rows (decode, Free) or
-        the widest row group (prefill, Prefill)."""
-        cands = [i for i in INSTANCES if not self.instance_supports(i, key)]
-        if key.max_qlen <= DECODE_MAX_QLEN:
-            fit = sorted((i for i in cands if i.rows >= key.max_qlen), key=lambda i: i.rows)
-            rest = sorted(set(cands) - set(fit), key=lambda i: -i.rows)
-            return [(i, "free") for i in fit + rest]
-        return [(i, "prefill") for i in sorted(cands, key=lambda i: -i.rows)]
+        """Per-arch default rule: the one every backend shares (base.rank_by_rows)."""
+        return rank_by_rows([i for i in INSTANCES if not self.instance_supports(i, key)], key)
 
     def grid_sizes(self, inst: Instance, key) -> tuple[int, tuple[int, int]]:
-        """(Table/Free programs, (Prefill row groups, parts)): the Triton backend's formula."""
-        tiles = math.ceil(key.max_seq_len / inst.block_n)
-        units = key.max_seqs * math.ceil(key.max_qlen / inst.rows) * tiles
-        slots = 4 if key.arch == "cpu" else key.cu_num * inst.ctas_per_sm
-        groups = math.ceil(key.max_rows / inst.rows)
-        parts = max(1, min(tiles, math.ceil(slots / groups)))
-        return max(1, min(slots, units)), (groups, parts)
+        return grid_sizes(inst, key)
 
     def build_schedule(self, cfg, query_start_loc, row_ends, records) -> None:
-        """Table records from the one schedule kernel every backend shares (worksplit.py's rule)."""
-        import triton
-
-        from ..triton.kernels import build_schedule_kernel
-        inst = self._instance(cfg.instance)
-        build_schedule_kernel[(cfg.table_grid,)](
-            query_start_loc, row_ends, records, query_start_loc.shape[0] - 1,
-            R=inst.rows, BLOCK_N=inst.block_n, SEQ_P2=triton.next_power_of_2(cfg.max_seqs))
+        """Table records from the one schedule kernel every backend shares."""
+        from ..triton.backend import build_records
+        build_records(self._instance(cfg.instance), cfg, query_start_loc, row_ends, records)
 
     def kernel_spec(self, cfg, mode: str, weights: torch.Tensor, flat_out: bool) -> KernelSpec:
         inst = self._instance(cfg.instance)

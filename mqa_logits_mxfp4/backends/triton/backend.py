@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import triton
 
-from ..base import Instance, Reason, ok_if
+from ..base import Instance, Reason, grid_sizes, ok_if, rank_by_rows
 from .instances import ACC_PER_THREAD, INSTANCES
 
-DECODE_MAX_QLEN = 8    # up to this many rows a sequence, the default rule treats a call as decode
 MAX_COLS = 256          # rows x heads of one tile: the MMA's N and the accumulator's width
 _MMA = {"fp8": 0, "f16": 1, "scaled": 2}
 _MODE = {"table": 0, "free": 1, "prefill": 2}
@@ -29,6 +26,14 @@ def interpreting() -> bool:
 
 def _triton_version() -> tuple[int, int]:
     return tuple(int(x) for x in triton.__version__.split(".")[:2])
+
+
+def build_records(inst: Instance, cfg, query_start_loc, row_ends, records) -> None:
+    """Table records (dispatch/schedule.py's layout) for any backend's instance: one Triton
+    kernel builds them for every backend, from dispatch/worksplit.py's rule."""
+    _kernels().build_schedule_kernel[(cfg.table_grid,)](
+        query_start_loc, row_ends, records, query_start_loc.shape[0] - 1,
+        R=inst.rows, BLOCK_N=inst.block_n, SEQ_P2=triton.next_power_of_2(cfg.max_seqs))
 
 
 class TritonBackend:
@@ -70,34 +75,17 @@ class TritonBackend:
         return ok_if(rules)
 
     def ranked_picks(self, key) -> list[tuple[Instance, str]]:
-        """Per-arch default rule: the preferred family, the fewest rows that hold a sequence's
-        rows (decode, Free) or the widest tile (prefill, Prefill)."""
+        """Per-arch default rule: the preferred family first, each ranked by rank_by_rows."""
         family = _PREFERRED_FAMILY.get(key.arch, "fp8")
         order = [family] + [f for f in ("fp8", "f16", "scaled") if f != family]
-        picks = []
-        for fam in order:
-            cands = [i for i in INSTANCES if i.family == fam and not self.instance_supports(i, key)]
-            if key.max_qlen <= DECODE_MAX_QLEN:
-                fit = sorted((i for i in cands if i.rows >= key.max_qlen), key=lambda i: i.rows)
-                rest = sorted((i for i in cands if i.rows < key.max_qlen), key=lambda i: -i.rows)
-                picks += [(i, "free") for i in fit + rest]  # sorted() is stable: ties keep list order
-            else:
-                picks += [(i, "prefill") for i in sorted(cands, key=lambda i: -i.rows)]
-        return picks
+        return [pick for fam in order for pick in rank_by_rows(
+            [i for i in INSTANCES if i.family == fam and not self.instance_supports(i, key)], key)]
 
     def grid_sizes(self, inst: Instance, key) -> tuple[int, tuple[int, int]]:
-        tiles = math.ceil(key.max_seq_len / inst.block_n)
-        units = key.max_seqs * math.ceil(key.max_qlen / inst.rows) * tiles
-        slots = 4 if key.arch == "cpu" else key.cu_num * inst.ctas_per_sm
-        groups = math.ceil(key.max_rows / inst.rows)
-        parts = max(1, min(tiles, math.ceil(slots / groups)))
-        return max(1, min(slots, units)), (groups, parts)
+        return grid_sizes(inst, key)
 
     def build_schedule(self, cfg, query_start_loc, row_ends, records) -> None:
-        inst = self._instance(cfg.instance)
-        _kernels().build_schedule_kernel[(cfg.table_grid,)](
-            query_start_loc, row_ends, records, query_start_loc.shape[0] - 1,
-            R=inst.rows, BLOCK_N=inst.block_n, SEQ_P2=triton.next_power_of_2(cfg.max_seqs))
+        build_records(self._instance(cfg.instance), cfg, query_start_loc, row_ends, records)
 
     def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
                query_start_loc, row_ends, out, out_offsets, records) -> None:
