@@ -91,7 +91,7 @@ def make_problem(*, heads: int = 64, head_dim: int = 128, page_size: int = 64, p
     span = page_size * pages_per_block
     seq_ends = _row_windows(seqs, ratio)
     live_ends = [e for ends in seq_ends for e in ends]
-    live_rows, rows = len(live_ends), len(live_ends) + pad_rows
+    rows = len(live_ends) + pad_rows
     max_seq_len = max([1, *live_ends])
 
     def randint(high, shape, low=0):

@@ -60,7 +60,7 @@ def _mutations(prob, cfg, out):
         ("few table rows", {"block_tables": prob.block_tables[:prob.num_seqs - 1]}, {},
          f"block_tables must have >= num_seqs = {prob.num_seqs} rows; got {prob.num_seqs - 1}"),
         ("narrow out", {}, {"out": out[:, :-1]}, f"out must be at least [rows, cfg.max_seq_len] = [{rows}, {cfg.max_seq_len}]; got [{rows}, {cfg.max_seq_len - 1}]"),
-        ("short out", {}, {"out": out[:-1]}, f"out must be at least [rows, cfg.max_seq_len]"),
+        ("short out", {}, {"out": out[:-1]}, "out must be at least [rows, cfg.max_seq_len]"),
         ("fp64 out", {}, {"out": out.double()}, "out must be torch.float32; got torch.float64"),
         ("strided out", {}, {"out": out.t().contiguous().t()}, "out must have a contiguous last dim"),
         ("out_offsets without out", {}, {"out": None, "out_offsets": torch.zeros(rows, dtype=torch.int64, device=cfg.device)},

@@ -27,7 +27,7 @@ import flydsl.expr as fx
 from flydsl.expr import const_expr, gpu, range_constexpr, rocdl
 from flydsl.expr.typing import T, Vector
 
-from .spec import HEAD_DIM, MODE_FREE, MODE_PREFILL, MODE_TABLE, MODES, RECORD_INTS, KernelSpec
+from .spec import HEAD_DIM, MODE_PREFILL, MODE_TABLE, MODES, RECORD_INTS, KernelSpec
 
 UNIT_SCALES = 0x7F7F7F7F      # E8M0 127 = 1.0 in every byte
 E2M1 = 4                      # cbsz / blgp format code of the f8f6f4 MFMA
@@ -151,7 +151,6 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                     b, r0, r1, t0, t1, tid, wave, lane, lds_q, lds_s, lds_w):
         """Rows [r0, r1) of sequence b (at most R) against key tiles [t0, t1)."""
         V4I = Vector.make_type(4, fx.Int32)   # types need the tracing context
-        V4F = Vector.make_type(4, fx.Float32)
         c = lane % 16
         g = lane // 16
         gpu.barrier()                         # every wave is done with the previous group
