@@ -1,0 +1,54 @@
+// What a kernel launch receives: raw pointers, extents and strides that checks.h has validated.
+// Plain C++ (no CUDA, HIP or torch): the CPU tests compile it with g++.
+#pragma once
+
+#include <stdint.h>
+
+#include "fastdiv.h"
+
+namespace opus {
+
+enum Mode : int32_t { kModeTable = 0, kModeFree = 1, kModePrefill = 2 };
+
+constexpr int kHeadDim = 128;          // elements a head / a key
+constexpr int kHeadBytes = 64;         // E2M1 bytes a head / a key
+constexpr int kScaleBlocks = 4;        // E8M0 scales a head / a key (32 elements each)
+constexpr int kBlockN = 64;            // keys a tile (also the unit size of the schedule records)
+constexpr int kRecordInts = 8;         // int32 a Table record (dispatch/schedule.py)
+
+struct LaunchArgs {
+  const uint8_t* q;            // [num_rows, heads, 64]   contiguous
+  const uint8_t* q_scale;      // [num_rows, heads, 4]    contiguous
+  const uint8_t* kv;           // [num_pages, page_size, 64] contiguous
+  const uint8_t* kv_scale;     // [num_pages, page_size, 4]  contiguous
+  const void* weights;         // [>= num_rows, heads], unit column stride
+  const int32_t* block_tables; // [>= num_seqs (gather: num_rows), bt_cols], unit column stride
+  const int32_t* qsl;          // [num_seqs + 1]
+  const int32_t* row_ends;     // [num_rows]
+  float* out;                  // 2-D [>= num_rows, out_cols] (row stride stride_out) or flat [out_numel]
+  const int64_t* out_offsets;  // [>= num_rows] for a flat out, else null
+  const int32_t* records;      // [>= grid_x, 8] in Table mode, else null
+
+  int64_t stride_w;            // elements between weight rows
+  int64_t stride_bt;           // entries between block-table rows
+  int64_t stride_out;          // floats between out rows (2-D)
+  int64_t out_numel;           // floats in a flat out
+  int64_t num_pages;
+  int32_t out_cols;            // 2-D out: columns a row may write
+  int32_t bt_cols;             // block-table columns
+  int32_t key_cap;             // no row scores keys at or past this (min of out width, table span)
+  int32_t num_seqs;
+  int32_t num_rows;            // rows of q / q_scale / row_ends: the device-side row guard
+  int32_t heads;
+  int32_t page_size;
+  int32_t page_shift;          // log2(page_size): page sizes are powers of two
+  int32_t pages_per_block;
+  FastDiv ppb_div;             // division by pages_per_block
+  int32_t gather;
+  int32_t weights_bf16;
+  int32_t mode;                // Mode
+  int32_t grid_x;              // Table/Free: programs; Prefill: row groups
+  int32_t parts;               // Prefill: key-tile parts per row group (grid y)
+};
+
+}  // namespace opus

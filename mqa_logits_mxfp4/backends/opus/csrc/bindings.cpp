@@ -1,0 +1,124 @@
+// pybind11 bindings: the only translation unit with torch headers, and only the CPU-side
+// ones (torch/extension.h), so it compiles against any torch build. Tensors become plain
+// descriptions (checks.h); the caller passes the raw handle of torch's current stream, and the
+// kernel TU launches on the tensors' device.
+#include <torch/extension.h>
+
+#include <optional>
+
+#include "launch.h"
+#include "registry.h"
+
+namespace {
+
+opus::TensorDesc describe(const at::Tensor& t) {
+  opus::TensorDesc d;
+  d.ptr = t.data_ptr();
+  switch (t.scalar_type()) {
+    case at::kByte: d.dtype = opus::kU8; break;
+    case at::kInt: d.dtype = opus::kI32; break;
+    case at::kLong: d.dtype = opus::kI64; break;
+    case at::kFloat: d.dtype = opus::kF32; break;
+    case at::kBFloat16: d.dtype = opus::kBF16; break;
+    default: d.dtype = opus::kOtherDType; break;
+  }
+  d.ndim = (int32_t)t.dim();
+  for (int i = 0; i < 3 && i < t.dim(); ++i) {
+    d.sizes[i] = t.size(i);
+    d.strides[i] = t.stride(i);
+  }
+  d.device = t.is_cuda() ? (int32_t)t.get_device() : -1;
+  return d;
+}
+
+opus::CallDesc make_call(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Tensor& q_scale,
+                         const at::Tensor& kv_cache, const at::Tensor& kv_scale, const at::Tensor& weights,
+                         const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                         const at::Tensor& row_ends, const at::Tensor& out,
+                         const std::optional<at::Tensor>& out_offsets, const std::optional<at::Tensor>& records,
+                         int64_t heads, int64_t page_size, int64_t pages_per_block, bool gather,
+                         int64_t max_seq_len, int64_t grid_x, int64_t parts) {
+  opus::CallDesc c;
+  c.instance_id = (int32_t)instance_id;
+  c.mode = (int32_t)mode;
+  c.q = describe(q);
+  c.q_scale = describe(q_scale);
+  c.kv = describe(kv_cache);
+  c.kv_scale = describe(kv_scale);
+  c.weights = describe(weights);
+  c.block_tables = describe(block_tables);
+  c.qsl = describe(query_start_loc);
+  c.row_ends = describe(row_ends);
+  c.out = describe(out);
+  if (out_offsets.has_value()) c.out_offsets = describe(*out_offsets);
+  if (records.has_value()) c.records = describe(*records);
+  auto narrow = [](int64_t v) { return (int32_t)(v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : v); };
+  c.heads = narrow(heads);
+  c.page_size = narrow(page_size);
+  c.pages_per_block = narrow(pages_per_block);
+  c.gather = gather ? 1 : 0;
+  c.max_seq_len = narrow(max_seq_len);
+  c.grid_x = narrow(grid_x);
+  c.parts = narrow(parts);
+  return c;
+}
+
+void launch(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Tensor& q_scale,
+            const at::Tensor& kv_cache, const at::Tensor& kv_scale, const at::Tensor& weights,
+            const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& row_ends,
+            const at::Tensor& out, const std::optional<at::Tensor>& out_offsets,
+            const std::optional<at::Tensor>& records, int64_t heads, int64_t page_size, int64_t pages_per_block,
+            bool gather, int64_t max_seq_len, int64_t grid_x, int64_t parts, int64_t stream) {
+  const opus::CallDesc c = make_call(instance_id, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
+                                     query_start_loc, row_ends, out, out_offsets, records, heads, page_size,
+                                     pages_per_block, gather, max_seq_len, grid_x, parts);
+  if (!out.is_cuda()) throw std::invalid_argument("opus: out must be on a GPU; got " + out.device().str());
+  opus::launch(c, reinterpret_cast<void*>(static_cast<intptr_t>(stream)));
+}
+
+std::string validate(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Tensor& q_scale,
+                     const at::Tensor& kv_cache, const at::Tensor& kv_scale, const at::Tensor& weights,
+                     const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& row_ends,
+                     const at::Tensor& out, const std::optional<at::Tensor>& out_offsets,
+                     const std::optional<at::Tensor>& records, int64_t heads, int64_t page_size,
+                     int64_t pages_per_block, bool gather, int64_t max_seq_len, int64_t grid_x, int64_t parts) {
+  return opus::validate(make_call(instance_id, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
+                                  query_start_loc, row_ends, out, out_offsets, records, heads, page_size,
+                                  pages_per_block, gather, max_seq_len, grid_x, parts));
+}
+
+pybind11::list registry() {
+  pybind11::list rows;
+  for (const opus::InstanceInfo& i : opus::kInstances) {
+    pybind11::list heads;
+    for (int bit = 0; bit < 4; ++bit)
+      if (i.heads_mask >> bit & 1u) heads.append(16 << bit);
+    pybind11::list pages;
+    for (int p : opus::kPageSizes) pages.append(p);
+    pybind11::dict d;
+    d["id"] = i.id;
+    d["name"] = i.name;
+    d["arch"] = i.arch;
+    d["family"] = i.family;
+    d["rows"] = i.rows;
+    d["warps"] = i.warps;
+    d["block_n"] = i.block_n;
+    d["stages"] = i.stages;
+    d["ctas_per_sm"] = i.ctas_per_sm;
+    d["heads"] = heads;
+    d["page_sizes"] = pages;
+    d["modes"] = OPUS_MODES;
+    rows.append(d);
+  }
+  return rows;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "opus: native MXFP4 paged MQA-logits kernels (mqa_logits_mxfp4.backends.opus)";
+  m.def("launch", &launch, "check, then launch one instance on `stream` (torch's current stream handle)");
+  m.def("validate", &validate, "the launcher's checks without a launch: '' or the broken rule");
+  m.def("registry", &registry, "every registry entry (registry.h) as a dict");
+  m.def("target", &opus::target, "the target this build's kernels are for");
+}

@@ -1,0 +1,434 @@
+// sm_90 body: tensor cores through mma.sync, one exact block partial per 32-element scale
+// block, then docs/numerics.md steps 2-5 on the CUDA cores in that order.
+//
+// Families (encode.h has the operand encodings):
+//   f16  two m16n8k16 FP16 MMAs a block (HMMA.16816.F32, native on sm_90);
+//   fp8  one m16n8k32 E4M3 MMA a block. sm_90 has no native FP8 mma.sync: ptxas lowers it to
+//        F2FP conversions of both operands + two HMMA.16816 per MMA, every tile, so f16 is the
+//        production family and fp8 is kept for the measurement the issue asks for.
+//
+// A CTA scores a row group (R rows of one sequence, all H heads) against 64-key tiles. Keys
+// sit on the MMA's M side (16 keys an m-tile; each warp owns MT m-tiles), columns on N (8 an
+// n-tile). Each key tile is loaded once (the next one is in flight in registers while the
+// current one is scored), converted to A fragments in shared memory, and serves every row of
+// the group; the group's query operands (B fragments), scales and weights are converted once
+// per group. Rows are scored one after another against the staged tile, so the accumulators
+// hold H columns, not R*H.
+//
+// Column map, chosen so the head tree stays in registers except its last two levels: the C
+// fragment gives thread (g, t) columns 2t, 2t+1 of each n-tile j of a row. Slot i = 2j + e
+// (e = column parity) of thread t holds head 4i + t, so level 1 and the following levels pair
+// slots of one thread, and the last two levels pair lanes t^2 and t^1 of a quad (shuffles).
+#pragma once
+
+#include "args.h"
+#include "encode.h"
+#include "port.h"
+#include "worksplit.h"
+
+namespace opus {
+namespace sm90 {
+
+enum Family : int { kF16 = 0, kFp8 = 1 };
+
+template <int FAMILY>
+struct Mma;
+
+template <>
+struct Mma<kF16> {
+  static constexpr int kPerBlock = 2;  // m16n8k16 MMAs a 32-element block
+  static OPUS_DEV void key_word(uint32_t x, uint32_t (&o)[4]) { f16_key_word(x, o); }
+  static OPUS_DEV void query_word(uint32_t x, uint32_t (&o)[4]) { f16_query_word(x, o); }
+  // d (+)= A(16 x 16) * B(16 x 8); `first` starts from zero
+  static OPUS_DEV void run(float (&d)[4], const uint32_t* a, const uint32_t* b, bool first) {
+    if (first) {
+      asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+          "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
+          : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
+    } else {
+      asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+          "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+  }
+};
+
+template <>
+struct Mma<kFp8> {
+  static constexpr int kPerBlock = 1;  // one m16n8k32 a block
+  static OPUS_DEV void key_word(uint32_t x, uint32_t (&o)[2]) { e4m3_key_word(x, o); }
+  static OPUS_DEV void query_word(uint32_t x, uint32_t (&o)[2]) { e4m3_query_word(x, o); }
+  static OPUS_DEV void run(float (&d)[4], const uint32_t* a, const uint32_t* b, bool) {
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
+  }
+};
+
+template <int FAMILY, int R, int H, int WARPS>
+struct Shape {
+  static constexpr int MMAS = Mma<FAMILY>::kPerBlock;
+  static constexpr int AREGS = 4 * MMAS;          // A registers a block an m-tile
+  static constexpr int BREGS = 2 * MMAS;          // B registers a block an n-tile
+  static constexpr int NT = H / 8;                // n-tiles of one row
+  static constexpr int HQ = H / 4;                // head slots of one row in one thread
+  static constexpr int THREADS = WARPS * 32;
+  static constexpr int KM = kBlockN / 16;         // m-tiles a key tile
+  static constexpr int MT = KM / WARPS;           // m-tiles a warp
+  // words of one scale block of a staged tile: [m-tile][register][lane], +1 so that the
+  // producers' stores (8 keys x 4 blocks a warp) hit 32 different banks
+  static constexpr int A_WORDS = KM * AREGS * 32 + 1;
+  static constexpr int CHUNKS = kBlockN * kScaleBlocks / THREADS;  // 16-byte loads a thread a tile
+  static_assert(H % 16 == 0 && H <= 128, "heads: 16, 32, 64 or 128");
+  static_assert(R * H <= 256, "rows x heads <= 256: the group's query operands fit shared memory");
+  static_assert(KM % WARPS == 0 && MT >= 1, "warps must split the 4 m-tiles of a key tile");
+  static_assert(kBlockN * kScaleBlocks % THREADS == 0, "whole chunks per thread");
+};
+
+// Dynamic shared memory of one CTA (its size is smem_bytes() below).
+template <int FAMILY, int R, int H, int WARPS>
+struct Smem {
+  using S = Shape<FAMILY, R, H, WARPS>;
+  uint32_t a[2][kScaleBlocks * S::A_WORDS];             // staged key operand, two stages
+  float4 sk[2][kBlockN];                                // key scales, [key][block]
+  uint32_t qf[R][kScaleBlocks][S::NT][S::BREGS][32];    // query operand, [row][block][n-tile][reg][lane]
+  float2 sq[R][kScaleBlocks][S::NT][4];                 // query scales of columns 2t, 2t+1
+  float w[R][4][S::HQ + 1];                             // weights, [row][t][slot] (+1: no bank conflict)
+  long long obase[R];                                   // out offset of each row
+  int rend[R];                                          // keys each row stores (0: a dead row)
+  int range[4];                                         // Free mode: the CTA's unit range
+};
+
+template <int FAMILY, int R, int H, int WARPS>
+constexpr int smem_bytes() { return int(sizeof(Smem<FAMILY, R, H, WARPS>)); }
+
+template <int CHUNKS>
+struct TileRegs {  // one thread's share of the next key tile, between its load and its store
+  uint4 data[CHUNKS];
+  uint32_t scale[CHUNKS];
+};
+
+// In-register levels of the head tree: v[i] = v[i] + v[i + LEN/2] until one value is left.
+template <int LEN>
+OPUS_DEV void halve(float* v) {
+  if constexpr (LEN > 1) {
+#pragma unroll
+    for (int i = 0; i < LEN / 2; ++i) v[i] = fadd_rn(v[i], v[i + LEN / 2]);
+    halve<LEN / 2>(v);
+  }
+}
+
+template <int FAMILY, int R, int H, int WARPS>
+struct Scorer {
+  using S = Shape<FAMILY, R, H, WARPS>;
+  using Sm = Smem<FAMILY, R, H, WARPS>;
+  using M = Mma<FAMILY>;
+
+  const LaunchArgs& args;
+  Sm& sm;
+  int tid, lane, warp, g, tq;
+  int r0, r1, gend;
+  const int32_t* bt_row;
+
+  OPUS_DEV Scorer(const LaunchArgs& a, Sm& s) : args(a), sm(s) {
+    tid = threadIdx.x;
+    lane = tid & 31;
+    warp = tid >> 5;
+    g = lane >> 2;
+    tq = lane & 3;
+  }
+
+  // Query operands, scales, weights and row bounds of rows [r0, r1) into shared memory.
+  OPUS_DEV void setup_group() {
+#pragma unroll 1
+#pragma unroll 1  // setup runs once a group: keep its registers out of the peak
+    for (int idx = tid; idx < R * kScaleBlocks * S::NT * 32; idx += S::THREADS) {
+      const int l = idx & 31, j = (idx >> 5) % S::NT, blk = (idx / (32 * S::NT)) % kScaleBlocks;
+      const int r = idx / (32 * S::NT * kScaleBlocks);
+      const int n = l >> 2;                           // this lane supplies column n of n-tile j
+      const int h = 4 * (2 * j + (n & 1)) + (n >> 1);  // slot 2j + e, lane-in-quad n / 2
+      const int row = r0 + r;
+      uint32_t word = 0u;
+      if (row < r1)
+        word = *reinterpret_cast<const uint32_t*>(args.q + ((long long)row * H + h) * kHeadBytes +
+                                                  blk * 16 + (l & 3) * 4);
+      uint32_t o[S::BREGS];
+      M::query_word(word, o);
+#pragma unroll
+      for (int k = 0; k < S::BREGS; ++k) sm.qf[r][blk][j][k][l] = o[k];
+    }
+#pragma unroll 1
+#pragma unroll 1  // setup runs once a group: keep its registers out of the peak
+    for (int idx = tid; idx < R * kScaleBlocks * S::NT * 4; idx += S::THREADS) {
+      const int t = idx & 3, j = (idx >> 2) % S::NT, blk = (idx / (4 * S::NT)) % kScaleBlocks;
+      const int r = idx / (4 * S::NT * kScaleBlocks);
+      const int row = r0 + r;
+      float v[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int h = 4 * (2 * j + e) + t;
+        const uint32_t byte = row < r1 ? args.q_scale[((long long)row * H + h) * kScaleBlocks + blk] : 127u;
+        v[e] = e8m0_to_f32(byte);
+      }
+      sm.sq[r][blk][j][t] = make_float2(v[0], v[1]);
+    }
+#pragma unroll 1
+#pragma unroll 1  // setup runs once a group: keep its registers out of the peak
+    for (int idx = tid; idx < R * 4 * S::HQ; idx += S::THREADS) {
+      const int slot = idx % S::HQ, t = (idx / S::HQ) & 3, r = idx / (4 * S::HQ);
+      const int row = r0 + r, h = 4 * slot + t;
+      float wv = 0.0f;
+      if (row < r1) {
+        const long long off = (long long)row * args.stride_w + h;
+        wv = args.weights_bf16 ? bf16_to_f32(reinterpret_cast<const uint16_t*>(args.weights)[off])
+                               : reinterpret_cast<const float*>(args.weights)[off];
+      }
+      sm.w[r][t][slot] = wv;
+    }
+    if (tid < R) {
+      const int row = r0 + tid;
+      int end = 0;
+      long long base = 0;
+      if (row < r1) {
+        end = imin(imax(args.row_ends[row], 0), args.key_cap);
+        if (args.out_offsets != nullptr) {  // flat out: stay inside [0, out_numel)
+          base = args.out_offsets[row];
+          const long long room = args.out_numel - base;
+          end = (base < 0 || room <= 0) ? 0 : (room < end ? (int)room : end);
+        } else {
+          base = (long long)row * args.stride_out;
+          end = imin(end, args.out_cols);
+        }
+      }
+      sm.rend[tid] = end;
+      sm.obase[tid] = base;
+    }
+  }
+
+  // Global -> registers: chunk c = tid + THREADS*i is (key c/4, scale block c%4), 16 bytes.
+  OPUS_DEV void load_tile(int tile, TileRegs<S::CHUNKS>& regs) const {
+#pragma unroll
+    for (int i = 0; i < S::CHUNKS; ++i) {
+      const int c = tid + S::THREADS * i, key = c >> 2, blk = c & 3;
+      const int n = tile * kBlockN + key;
+      uint4 d = make_uint4(0u, 0u, 0u, 0u);
+      uint32_t sc = 127u;  // keys past the group's rows: finite, never stored
+      if (n < gend) {
+        const long long slot = key_slot(args, bt_row, n);
+        if (slot >= 0) {
+          d = *reinterpret_cast<const uint4*>(args.kv + slot * kHeadBytes + blk * 16);
+          sc = args.kv_scale[slot * kScaleBlocks + blk];
+        } else {
+          sc = 255u;  // a table entry outside the cache: the key scores NaN, nothing is read
+        }
+      }
+      regs.data[i] = d;
+      regs.scale[i] = sc;
+    }
+  }
+
+  // Registers -> stage `st` as A fragments. Key (m-tile mt, row rr of 16) belongs to lane
+  // (rr % 8) * 4 + t for word t of each block; MMA k of the block takes registers
+  // 4k + (rr / 8) [first k half] and 4k + 2 + (rr / 8) [second k half].
+  OPUS_DEV void store_tile(const TileRegs<S::CHUNKS>& regs, int st) {
+#pragma unroll
+    for (int i = 0; i < S::CHUNKS; ++i) {
+      const int c = tid + S::THREADS * i, key = c >> 2, blk = c & 3;
+      const int mt = key >> 4, rr = key & 15, up = rr >> 3;
+      uint32_t* dst = sm.a[st] + blk * S::A_WORDS + mt * (S::AREGS * 32) + (rr & 7) * 4;
+      const uint32_t w4[4] = {regs.data[i].x, regs.data[i].y, regs.data[i].z, regs.data[i].w};
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        uint32_t o[S::BREGS];
+        M::key_word(w4[t], o);
+#pragma unroll
+        for (int k = 0; k < S::MMAS; ++k) {
+          dst[(4 * k + up) * 32 + t] = o[2 * k];
+          dst[(4 * k + 2 + up) * 32 + t] = o[2 * k + 1];
+        }
+      }
+      reinterpret_cast<float*>(&sm.sk[st][key])[blk] = e8m0_to_f32(regs.scale[i]);
+    }
+  }
+
+  // Steps 1-3 for row r, block blk: acc = (P * sk) * sq (FIRST) or acc + (P * sk) * sq.
+  template <bool FIRST>
+  OPUS_DEV void block_terms(int st, int r, int blk, float (&acc)[S::MT][S::NT][4]) const {
+    uint32_t af[S::MT][S::AREGS];
+    float k_lo[S::MT], k_hi[S::MT];
+#pragma unroll
+    for (int m = 0; m < S::MT; ++m) {
+      const int mt = warp * S::MT + m;
+#pragma unroll
+      for (int reg = 0; reg < S::AREGS; ++reg)
+        af[m][reg] = sm.a[st][blk * S::A_WORDS + (mt * S::AREGS + reg) * 32 + lane];
+      k_lo[m] = reinterpret_cast<const float*>(&sm.sk[st][mt * 16 + g])[blk];
+      k_hi[m] = reinterpret_cast<const float*>(&sm.sk[st][mt * 16 + 8 + g])[blk];
+    }
+#pragma unroll
+    for (int j = 0; j < S::NT; ++j) {
+      uint32_t bq[S::BREGS];
+#pragma unroll
+      for (int k = 0; k < S::BREGS; ++k) bq[k] = sm.qf[r][blk][j][k][lane];
+      const float2 qs = sm.sq[r][blk][j][tq];
+#pragma unroll
+      for (int m = 0; m < S::MT; ++m) {
+        float p[4];
+#pragma unroll
+        for (int k = 0; k < S::MMAS; ++k) M::run(p, &af[m][4 * k], &bq[2 * k], k == 0);
+        const float tv[4] = {fmul_rn(fmul_rn(p[0], k_lo[m]), qs.x), fmul_rn(fmul_rn(p[1], k_lo[m]), qs.y),
+                             fmul_rn(fmul_rn(p[2], k_hi[m]), qs.x), fmul_rn(fmul_rn(p[3], k_hi[m]), qs.y)};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) acc[m][j][k] = FIRST ? tv[k] : fadd_rn(acc[m][j][k], tv[k]);
+      }
+    }
+  }
+
+  OPUS_DEV void block_sums(int st, int r, float (&acc)[S::MT][S::NT][4]) const {
+    block_terms<true>(st, r, 0, acc);
+#pragma unroll 1
+    for (int blk = 1; blk < kScaleBlocks; ++blk) block_terms<false>(st, r, blk, acc);  // left to right
+  }
+
+  // Steps 4-5 for one key row (kr: g or g + 8) of m-tile m: relu, the halving head tree.
+  OPUS_DEV float head_sum(const float (&acc)[S::MT][S::NT][4], int m, int kr, int r) const {
+    float v[S::HQ / 2];
+#pragma unroll
+    for (int i = 0; i < S::HQ / 2; ++i) {  // level 1: fma(x_j, w_j, x_{j+H/2} * w_{j+H/2})
+      const int sa = i, sb = i + S::HQ / 2;
+      const float xa = relu_nan(acc[m][sa >> 1][2 * kr + (sa & 1)]);
+      const float xb = relu_nan(acc[m][sb >> 1][2 * kr + (sb & 1)]);
+      v[i] = fma_rn(xa, sm.w[r][tq][sa], fmul_rn(xb, sm.w[r][tq][sb]));
+    }
+    halve<S::HQ / 2>(v);
+    float x = fadd_rn(v[0], warp_xor(v[0], 2));  // heads h and h + 2
+    return fadd_rn(x, warp_xor(x, 1));            // heads h and h + 1
+  }
+
+  OPUS_DEV void score_tile(int st, int tile) const {
+#pragma unroll 1
+    for (int r = 0; r < R; ++r) {
+      const int end = sm.rend[r];
+      if (tile * kBlockN >= end) continue;  // uniform: every thread reads the same value
+      const long long base = sm.obase[r];
+      float acc[S::MT][S::NT][4];
+      block_sums(st, r, acc);
+#pragma unroll
+      for (int m = 0; m < S::MT; ++m) {
+#pragma unroll
+        for (int kr = 0; kr < 2; ++kr) {
+          const float val = head_sum(acc, m, kr, r);
+          const int n = tile * kBlockN + (warp * S::MT + m) * 16 + kr * 8 + g;
+          if (tq == ((kr + r) & 3) && n < end) args.out[base + n] = val;
+        }
+      }
+    }
+  }
+
+  OPUS_DEV void score_piece(const Piece& p) {
+    __syncthreads();  // the previous piece is done with shared memory
+    r0 = p.r0;
+    r1 = p.r1;
+    bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;
+    setup_group();
+    __syncthreads();
+    gend = 0;
+#pragma unroll
+    for (int r = 0; r < R; ++r) gend = imax(gend, sm.rend[r]);
+    const int t1 = imin(p.t1, cdiv_nonneg(gend, kBlockN));  // later tiles store nothing
+    if (p.t0 >= t1) return;
+    TileRegs<S::CHUNKS> regs;
+    load_tile(p.t0, regs);
+    store_tile(regs, 0);
+    __syncthreads();
+    for (int tile = p.t0; tile < t1; ++tile) {
+      const int st = (tile - p.t0) & 1;
+      const bool more = tile + 1 < t1;
+      score_tile(st, tile);
+      if (more) { load_tile(tile + 1, regs); store_tile(regs, st ^ 1); }
+      __syncthreads();
+    }
+  }
+};
+
+// Free mode: the CTA's unit range, by one warp (a scan over the sequences).
+OPUS_DEV CtaRange cta_range_warp(const SeqView& sv, int rows, int pid, int nprog, int lane) {
+  long long total = 0;
+  for (int c0 = 0; c0 < sv.num_seqs; c0 += OPUS_WARP) {
+    const int s = c0 + lane;
+    total += s < sv.num_seqs ? sv.units(s, rows) : 0;
+  }
+  total = warp_sum_i64(total);
+  CtaRange cr;
+  cr.u_begin = int(pid * total / nprog);
+  cr.u_end = int((pid + 1) * total / nprog);
+  cr.b = 0;
+  cr.base = 0;
+  long long carry = 0;
+  for (int c0 = 0; c0 < sv.num_seqs; c0 += OPUS_WARP) {
+    const int s = c0 + lane;
+    const int u = s < sv.num_seqs ? sv.units(s, rows) : 0;
+    long long incl = u;
+#pragma unroll
+    for (int d = 1; d < OPUS_WARP; d <<= 1) {
+      const long long o = warp_up(incl, d);
+      if (lane >= d) incl += o;
+    }
+    incl += carry;
+    const bool before = s < sv.num_seqs && incl <= cr.u_begin;
+    cr.b += warp_count(before);
+    cr.base += (int)warp_sum_i64(before ? u : 0);
+    carry = warp_bcast(incl, OPUS_WARP - 1);
+    if (carry > cr.u_begin) break;  // every later cumulative count is past u_begin
+  }
+  return cr;
+}
+
+template <int FAMILY, int R, int H, int WARPS, int MIN_CTAS>
+__global__ void __launch_bounds__(WARPS * 32, MIN_CTAS) mqa_logits_sm90(const LaunchArgs args) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto& sm = *reinterpret_cast<Smem<FAMILY, R, H, WARPS>*>(smem_raw);
+  const SeqView sv{args.qsl, args.row_ends, args.num_seqs, args.num_rows};
+  Scorer<FAMILY, R, H, WARPS> scorer(args, sm);
+  FreeIter fi{0, 0, 0, 0};
+  PrefillIter pi{(int)blockIdx.y, args.parts};
+  const bool prefill = args.mode == kModePrefill;
+  if (prefill) {
+    pi.init(sv, R, blockIdx.x);
+  } else if (args.mode == kModeTable) {
+    const int32_t* rec = args.records + (long long)blockIdx.x * kRecordInts;
+    fi.u = rec[0];
+    fi.u_end = rec[1];
+    fi.b = rec[2];
+    fi.base = rec[3];
+  } else {
+    if (threadIdx.x < 32) {
+      const CtaRange cr = cta_range_warp(sv, R, blockIdx.x, gridDim.x, threadIdx.x);
+      if (threadIdx.x == 0) {
+        sm.range[0] = cr.u_begin;
+        sm.range[1] = cr.u_end;
+        sm.range[2] = cr.b;
+        sm.range[3] = cr.base;
+      }
+    }
+    __syncthreads();
+    fi.u = sm.range[0];
+    fi.u_end = sm.range[1];
+    fi.b = sm.range[2];
+    fi.base = sm.range[3];
+  }
+  Piece p;
+  while (prefill ? pi.next(sv, p) : fi.next(sv, R, p)) {
+    if (p.r1 > p.r0 && p.t1 > p.t0) scorer.score_piece(p);
+  }
+#else
+  __trap();  // built for another arch: the launcher never routes here
+#endif
+}
+
+}  // namespace sm90
+}  // namespace opus

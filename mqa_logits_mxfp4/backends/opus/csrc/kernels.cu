@@ -1,0 +1,102 @@
+// The kernel translation unit: the arch body of this platform, instantiated for each registry
+// entry of that platform and each head count it serves. No torch headers (CI compiles it
+// alone with nvcc for sm_90 and with clang for gfx950).
+#include "kernels.h"
+#include "port.h"
+#include "registry.h"
+
+#if OPUS_HIP
+#pragma clang fp contract(off)
+#include "kernel_gfx950.cuh"
+#define OPUS_BUILD_TARGET "gfx950"
+#define OPUS_ON_sm90(...)
+#define OPUS_ON_gfx950(...) __VA_ARGS__
+#else
+#include "kernel_sm90.cuh"
+#define OPUS_BUILD_TARGET "sm_90"
+#define OPUS_ON_sm90(...) __VA_ARGS__
+#define OPUS_ON_gfx950(...)
+#endif
+
+namespace opus {
+namespace {
+
+thread_local opus_error_t last_error = opus_success;
+
+#define OPUS_FAMILY_f16 sm90::kF16
+#define OPUS_FAMILY_fp8 sm90::kFp8
+#define OPUS_FAMILY_mxf4 0
+
+template <int FAMILY, int R, int H, int WARPS, int CTAS>
+int launch_one(const LaunchArgs& args, opus_stream_t stream) {
+  const dim3 grid(args.grid_x, args.mode == kModePrefill ? args.parts : 1);
+#if OPUS_HIP
+  const dim3 block(WARPS * OPUS_WARP);
+  constexpr int smem = gfx950::smem_bytes<R, H, WARPS>();
+  hipLaunchKernelGGL((gfx950::mqa_logits_gfx950<R, H, WARPS, CTAS>), grid, block, smem, stream, args);
+#else
+  const dim3 block(WARPS * 32);
+  constexpr int smem = sm90::smem_bytes<FAMILY, R, H, WARPS>();
+  auto kernel = sm90::mqa_logits_sm90<FAMILY, R, H, WARPS, CTAS>;
+  static const opus_error_t attr =  // once per kernel: dynamic shared memory above 48 KB is opt-in
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (attr != opus_success) {
+    last_error = attr;
+    return kLaunchFailed;
+  }
+  kernel<<<grid, block, smem, stream>>>(args);
+#endif
+  last_error = opus_get_last_error();
+  return last_error == opus_success ? kLaunched : kLaunchFailed;
+}
+
+template <int FAMILY, int R, int WARPS, int CTAS, unsigned HEADS>
+int launch_rows(const LaunchArgs& args, opus_stream_t stream) {
+  switch (args.heads) {
+    case 16: if constexpr ((HEADS & 1u) != 0) return launch_one<FAMILY, R, 16, WARPS, ctas_for_heads(CTAS, 16)>(args, stream); break;
+    case 32: if constexpr ((HEADS & 2u) != 0) return launch_one<FAMILY, R, 32, WARPS, ctas_for_heads(CTAS, 32)>(args, stream); break;
+    case 64: if constexpr ((HEADS & 4u) != 0) return launch_one<FAMILY, R, 64, WARPS, ctas_for_heads(CTAS, 64)>(args, stream); break;
+    case 128: if constexpr ((HEADS & 8u) != 0) return launch_one<FAMILY, R, 128, WARPS, ctas_for_heads(CTAS, 128)>(args, stream); break;
+    default: break;
+  }
+  return kHeadsNotServed;
+}
+
+}  // namespace
+
+const char* build_target() { return OPUS_BUILD_TARGET; }
+
+const char* launch_error() { return opus_error_string(last_error); }
+
+namespace {
+
+int launch_by_id(int id, const LaunchArgs& args, opus_stream_t s) {
+  switch (id) {
+#define OPUS_CASE(id, name, arch, family, rows, warps, keys, stages, ctas, heads) \
+    OPUS_ON_##arch(case id: return launch_rows<OPUS_FAMILY_##family, rows, warps, ctas, heads>(args, s);)
+    OPUS_INSTANCES(OPUS_CASE)
+#undef OPUS_CASE
+    default: break;
+  }
+  return kNotInThisBuild;
+}
+
+}  // namespace
+
+int launch_instance(int id, const LaunchArgs& args, int device, void* stream) {
+  int current = -1;
+  last_error = opus_get_device(&current);
+  if (last_error != opus_success) return kLaunchFailed;
+  if (current != device && (last_error = opus_set_device(device)) != opus_success) return kLaunchFailed;
+  const int status = launch_by_id(id, args, static_cast<opus_stream_t>(stream));
+  if (current != device) {
+    const opus_error_t restore = opus_set_device(current);
+    if (status == kLaunched && restore != opus_success) {
+      last_error = restore;
+      return kLaunchFailed;
+    }
+  }
+  return status;
+}
+
+}  // namespace opus

@@ -1,0 +1,15 @@
+// Host entry used by the bindings: check a call, then launch it by registry id.
+#pragma once
+
+#include "checks.h"
+
+namespace opus {
+
+// Raises std::invalid_argument (a Python ValueError through pybind11) naming the broken rule,
+// or std::runtime_error when the runtime refuses the launch. `stream`: cudaStream_t / hipStream_t.
+void launch(const CallDesc& call, void* stream);
+// The same checks without a launch: "" when the call is valid, else the broken rule.
+std::string validate(const CallDesc& call);
+const char* target();
+
+}  // namespace opus

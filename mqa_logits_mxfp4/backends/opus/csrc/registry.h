@@ -1,0 +1,78 @@
+// The opus instance registry: the one list of kernels this backend offers. Plain C++ (no CUDA,
+// HIP or torch): kernels.cu instantiates the entries of the platform it is compiled for,
+// bindings.cpp exports every entry to Python, and tests/opus_host_check.cpp prints it so the
+// Python mirror (instances.py) is checked against it.
+//
+// Names: <arch>_<family>_r<rows>w<warps>
+//   arch    sm90 | gfx950          the target the body is written for
+//   family  f16  two FP16 mma.sync m16n8k16 a scale block (E2M1 encoded exactly in FP16)
+//           fp8  one FP8 E4M3 mma.sync m16n8k32 a scale block (sm_90 emulates it with
+//                conversions + FP16 MMAs; kept to measure against f16)
+//           mxf4 one scaled MFMA 32x32x64 a scale block on raw E2M1 operands, unit
+//                hardware scales (the E8M0 scales are applied on the VALU)
+//   rows    rows of one sequence per row group (they share every loaded key tile)
+//   warps   warps (sm_90, 32 lanes) or waves (gfx950, 64 lanes) a CTA
+// Every instance uses 64-key tiles (the schedule records count units in 64-key tiles) and two
+// stages (the next tile's loads are in flight while the current one is scored); a future
+// instance that differs there adds n<keys> / s<stages> to its name.
+//
+// Heads mask: bit 0 = 16, bit 1 = 32, bit 2 = 64, bit 3 = 128, with rows x heads <= 256 (the
+// group's converted query operands live in shared memory; rows are scored one after another,
+// so the accumulators hold one row's heads).
+#pragma once
+
+#define OPUS_INSTANCES(X)                                                      \
+  /* id  name               arch    family rows warps keys stages ctas heads */ \
+  X(0, sm90_f16_r1w4,      sm90,   f16,  1, 4, 64, 2, 4, 0xF)                  \
+  X(1, sm90_f16_r2w4,      sm90,   f16,  2, 4, 64, 2, 4, 0xF)                  \
+  X(2, sm90_f16_r4w4,      sm90,   f16,  4, 4, 64, 2, 4, 0x7)                  \
+  X(3, sm90_f16_r8w4,      sm90,   f16,  8, 4, 64, 2, 4, 0x3)                  \
+  X(4, sm90_f16_r1w2,      sm90,   f16,  1, 2, 64, 2, 4, 0x7)                  \
+  X(5, sm90_fp8_r1w4,      sm90,   fp8,  1, 4, 64, 2, 4, 0xF)                  \
+  X(6, gfx950_mxf4_r1w2,   gfx950, mxf4, 1, 2, 64, 2, 2, 0xF)                  \
+  X(7, gfx950_mxf4_r2w2,   gfx950, mxf4, 2, 2, 64, 2, 2, 0xF)                  \
+  X(8, gfx950_mxf4_r4w2,   gfx950, mxf4, 4, 2, 64, 2, 2, 0x7)                  \
+  X(9, gfx950_mxf4_r8w2,   gfx950, mxf4, 8, 2, 64, 2, 2, 0x3)
+
+// Page sizes every instance serves (keys are gathered one by one through the table).
+#define OPUS_PAGE_SIZES {8, 16, 32, 64, 128}
+#define OPUS_MODES "table,free,prefill"
+
+namespace opus {
+
+struct InstanceInfo {
+  int id;
+  const char* name;
+  const char* arch;       // the device arch token Python uses: sm_90 / gfx950
+  const char* family;
+  int rows, warps, block_n, stages, ctas_per_sm;
+  unsigned heads_mask;
+};
+
+#define OPUS_ARCH_NAME_sm90 "sm_90"
+#define OPUS_ARCH_NAME_gfx950 "gfx950"
+#define OPUS_INFO_ROW(id, name, arch, family, rows, warps, keys, stages, ctas, heads) \
+  {id, #name, OPUS_ARCH_NAME_##arch, #family, rows, warps, keys, stages, ctas, heads},
+
+constexpr InstanceInfo kInstances[] = {OPUS_INSTANCES(OPUS_INFO_ROW)};
+constexpr int kNumInstances = int(sizeof(kInstances) / sizeof(kInstances[0]));
+#undef OPUS_INFO_ROW
+
+constexpr int kPageSizes[] = OPUS_PAGE_SIZES;
+
+inline const InstanceInfo* find_instance(int id) {
+  for (const InstanceInfo& i : kInstances)
+    if (i.id == id) return &i;
+  return nullptr;
+}
+// CTAs an SM a kernel is compiled for (__launch_bounds__): the instance's `ctas`, capped at 3
+// for 128 heads (their 64 accumulators a thread spill under the 4-CTA register budget).
+constexpr int ctas_for_heads(int ctas, int heads) { return heads >= 128 && ctas > 3 ? 3 : ctas; }
+
+inline bool heads_in_mask(unsigned mask, int heads) {
+  for (int bit = 0; bit < 4; ++bit)
+    if ((mask >> bit & 1u) && heads == (16 << bit)) return true;
+  return false;
+}
+
+}  // namespace opus

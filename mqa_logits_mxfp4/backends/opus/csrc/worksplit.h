@@ -1,0 +1,159 @@
+// The work split of every schedule mode: which (row group, key tiles) pieces a program scores.
+//
+// The same rules as backends/triton/kernels.py and its plain-Python statement
+// backends/flydsl/worksplit.py: units are (row group, key tile) pairs numbered sequence-major,
+// group-major, tile-minor; sequence b has ceil(rows_b / R) groups of up to R rows, each with
+// ceil(end_b / 64) tiles (end_b: the row_end of its last row). A Table/Free program takes units
+// [u_begin, u_end) and walks them from sequence b with `base` units before it; Prefill program
+// (group, part) takes global rows [group*R, group*R + R), split at sequence starts, and the
+// part-th of `parts` equal cuts of each piece's tiles.
+//
+// Host-and-device code: tests/opus_host_check.cpp runs it with g++ against worksplit.py.
+// Every read of query_start_loc is clamped into [0, num_rows] (the device-side row guard: a
+// caller-contract violation can waste work but never index outside the row tensors).
+#pragma once
+
+#include <stdint.h>
+
+#include "args.h"
+#include "hd.h"
+
+namespace opus {
+
+// Key n of a sequence -> its cache slot, through the block-table row `bt_row`:
+// page = bt_row[n / (page_size * ppb)] * ppb + (n / page_size) % ppb; -1 when that page is
+// outside the cache (a corrupted table: the caller scores NaN and reads nothing).
+OPUS_HD long long key_slot(const LaunchArgs& a, const int32_t* bt_row, int n) {
+  const int page_in_seq = n >> a.page_shift;
+  const int entry_idx = fast_div(page_in_seq, a.ppb_div);
+  const int entry = bt_row[entry_idx];
+  const long long page = (long long)entry * a.pages_per_block + (page_in_seq - entry_idx * a.pages_per_block);
+  if (entry < 0 || page >= a.num_pages) return -1;
+  return (page << a.page_shift) + (n & (a.page_size - 1));
+}
+
+OPUS_HD int imin(int a, int b) { return a < b ? a : b; }
+OPUS_HD int imax(int a, int b) { return a > b ? a : b; }
+OPUS_HD int cdiv_nonneg(int a, int b) { return a <= 0 ? 0 : (a + b - 1) / b; }
+
+struct Piece {
+  int b, r0, r1, t0, t1;  // rows [r0, r1) of sequence b against key tiles [t0, t1)
+};
+
+struct SeqView {
+  const int32_t* qsl;
+  const int32_t* row_ends;
+  int num_seqs;
+  int num_rows;
+
+  OPUS_HD int start(int b) const { return imin(imax(qsl[b], 0), num_rows); }
+  // (qa, qb, end) of sequence b with qa <= qb <= num_rows
+  OPUS_HD void bounds(int b, int& qa, int& qb, int& end) const {
+    qa = start(b);
+    qb = imax(start(b + 1), qa);
+    end = qb > qa ? imax(row_ends[qb - 1], 0) : 0;
+  }
+  OPUS_HD int units(int b, int rows) const {
+    int qa, qb, end;
+    bounds(b, qa, qb, end);
+    return cdiv_nonneg(qb - qa, rows) * cdiv_nonneg(end, kBlockN);
+  }
+};
+
+// Table/Free: the pieces of units [u, u_end) starting at sequence b with `base` units before it.
+// (The sequence view and R are arguments, not members: kernels keep them once, in registers
+// that both iterators share.)
+struct FreeIter {
+  int u, u_end, b, base;
+  int lo = 0, hi = 0, ntiles = 1, qa = 0, qb = 0, units = 0;
+  bool in_seq = false;
+
+  OPUS_HD bool next(const SeqView& sv, int rows, Piece& p) {
+    while (true) {
+      if (in_seq) {
+        if (lo < hi) {  // the groups this program touches, each with its own tile range
+          const int j = lo / ntiles;
+          p.b = b;
+          p.t0 = lo - j * ntiles;
+          p.t1 = imin(hi - j * ntiles, ntiles);
+          p.r0 = qa + j * rows;
+          p.r1 = imin(p.r0 + rows, qb);
+          lo = (j + 1) * ntiles;
+          return true;
+        }
+        base += units;
+        b += 1;
+        in_seq = false;
+      }
+      if (!(u < u_end && b < sv.num_seqs) || b < 0) return false;
+      int end;
+      sv.bounds(b, qa, qb, end);
+      ntiles = imax(cdiv_nonneg(end, kBlockN), 1);
+      units = cdiv_nonneg(qb - qa, rows) * cdiv_nonneg(end, kBlockN);
+      lo = imax(u - base, 0);  // negative only for a corrupted record
+      hi = imin(u_end - base, units);
+      if (hi > lo) u = base + hi;
+      in_seq = true;
+    }
+  }
+};
+
+// Prefill: program (group, part) of (groups, parts).
+struct PrefillIter {
+  int part, parts;
+  int row0 = 0, chunk_end = 0, b = 0, qa = 0;
+
+  OPUS_HD void init(const SeqView& sv, int rows, int group) {
+    const int live = sv.start(sv.num_seqs);
+    row0 = group * rows;
+    chunk_end = imin(row0 + rows, live);
+    int lo = 0, hi = sv.num_seqs;
+    while (hi - lo > 1) {  // last sequence starting at or before row0
+      const int mid = (lo + hi) / 2;
+      if (sv.start(mid) <= row0) lo = mid; else hi = mid;
+    }
+    b = lo;
+    qa = sv.num_seqs > 0 ? sv.start(b) : 0;
+  }
+  OPUS_HD bool next(const SeqView& sv, Piece& p) {
+    if (!(b < sv.num_seqs && qa < chunk_end)) return false;
+    const int qb = imax(sv.start(b + 1), qa);
+    p.b = b;
+    p.r0 = imax(row0, qa);
+    p.r1 = imin(chunk_end, qb);
+    const int end = p.r1 > p.r0 ? imax(sv.row_ends[p.r1 - 1], 0) : 0;
+    const int ntiles = cdiv_nonneg(end, kBlockN);
+    p.t0 = int((int64_t)part * ntiles / parts);
+    p.t1 = int((int64_t)(part + 1) * ntiles / parts);
+    b += 1;
+    qa = qb;
+    return true;
+  }
+};
+
+// Program pid's (u_begin, u_end, first sequence, units before it) of nprog programs, serially.
+// Kernels compute the same with a warp-parallel scan; Table records come from the shared
+// Triton build_schedule_kernel (tests check all three agree).
+struct CtaRange {
+  int u_begin, u_end, b, base;
+};
+OPUS_HD CtaRange cta_range_serial(const SeqView& sv, int rows, int pid, int nprog) {
+  int64_t total = 0;
+  for (int s = 0; s < sv.num_seqs; ++s) total += sv.units(s, rows);
+  CtaRange r;
+  r.u_begin = int(pid * total / nprog);
+  r.u_end = int((pid + 1) * total / nprog);
+  r.b = 0;
+  r.base = 0;
+  int64_t cum = 0;
+  for (int s = 0; s < sv.num_seqs; ++s) {  // cum is non-decreasing: `before` is a prefix
+    const int u = sv.units(s, rows);
+    cum += u;
+    if (cum > r.u_begin) break;
+    r.b += 1;
+    r.base += u;
+  }
+  return r;
+}
+
+}  // namespace opus
