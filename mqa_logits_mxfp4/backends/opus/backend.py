@@ -1,24 +1,109 @@
-"""opus backend registration. Its kernels are not part of this version of the package yet, so
-it reports itself unavailable with that reason and the dispatcher never routes to it."""
+"""Host side of the opus backend: availability, support rules, the per-arch pick, launches.
+
+The kernels are native C++ (csrc/) built on first use (jit.py). Instances come from the C++
+registry once the extension is loaded, before that from its Python mirror (instances.py). No
+instance has run on a GPU yet (`validated_on=()`): the dispatcher self-checks each one against
+the reference on first use, on sm_90 and gfx950 alike.
+"""
 
 from __future__ import annotations
 
-from ..base import Instance, Reason
+import dataclasses
 
-_REASON = Reason("build", "the opus C++ kernels are not in this version of mqa_logits_mxfp4 yet")
+import torch
+
+from ...dispatch.errors import InputError
+from ..base import Instance, Reason, grid_sizes, ok_if, rank_by_rows
+from . import jit
+from .instances import INSTANCES, ctas_for_heads, from_registry, registry_id
+
+MAX_COLS = 256                        # rows x heads of a row group (its query operands in shared memory)
+ARCHES = ("sm_90", "gfx950")          # the targets csrc/ has bodies for
+_MODE = {"table": 0, "free": 1, "prefill": 2}
+_FAMILY_ORDER = {"sm_90": ("f16", "fp8"), "gfx950": ("mxf4",)}   # fp8 on sm_90: kept for measurement
 
 
 class OpusBackend:
     name = "opus"
 
     def available(self) -> Reason | None:
-        return _REASON
+        plat = jit.platform()
+        if plat is None:
+            return Reason("torch", f"the opus kernels need a CUDA (sm_90) or ROCm (gfx950) build of torch; "
+                                   f"got torch {torch.__version__} (CPU-only)")
+        if not torch.cuda.is_available():
+            return Reason("device", f"no GPU is visible to torch {torch.__version__}")
+        if jit.is_loaded() or jit.cached_module_path(plat) is not None:
+            return None
+        if not jit.build_allowed():
+            return Reason("build", f"building the opus extension is forbidden here (jit.BUILD_ALLOWED is "
+                                   f"False) and none is cached under {jit.cache_root()}")
+        from torch.utils import cpp_extension
+        if not cpp_extension.is_ninja_available():
+            return Reason("install", "the opus extension builds with ninja, which is not installed "
+                                     "(pip install -e .[opus])")
+        exe, _ = jit.compiler(plat)
+        if exe is None:
+            tool = "hipcc (ROCM_HOME)" if plat == "hip" else "nvcc (CUDA_HOME)"
+            return Reason("compiler", f"the opus extension builds on first use with {tool}; none was found")
+        return None
 
     def instances(self) -> tuple[Instance, ...]:
-        return ()
+        module = jit.loaded()
+        return from_registry(module.registry()) if module is not None else INSTANCES
 
     def supports(self, key) -> list[Reason]:
-        return [_REASON]
+        return ok_if([
+            (key.arch in ARCHES, "arch", f"the opus kernels are written for {', '.join(ARCHES)}; got {key.arch}"),
+            (key.head_dim == 128, "head_dim", f"the opus kernels need head_dim 128; got {key.head_dim}"),
+        ])
+
+    def instance_supports(self, inst: Instance, key) -> list[Reason]:
+        return ok_if([
+            (key.arch in inst.arches, "arch", f"{inst.name} runs on {', '.join(inst.arches)}; got {key.arch}"),
+            (key.heads in inst.heads, "heads", f"{inst.name} needs heads in {inst.heads}; got {key.heads}"),
+            (key.head_dim in inst.head_dims, "head_dim",
+             f"{inst.name} needs head_dim in {inst.head_dims}; got {key.head_dim}"),
+            (key.page_size in inst.page_sizes, "page_size",
+             f"{inst.name} needs page_size in {inst.page_sizes}; got {key.page_size}"),
+            (inst.rows * key.heads <= MAX_COLS, "tile",
+             f"{inst.name} needs rows x heads <= {MAX_COLS}; got {inst.rows} x {key.heads}"),
+            (not key.gather or inst.rows == 1, "gather",
+             f"gather mode needs a one-row instance (each row has its own table); {inst.name} has {inst.rows}"),
+        ])
+
+    def ranked_picks(self, key) -> list[tuple[Instance, str]]:
+        """Per-arch default rule: the arch's families in order, each ranked by rank_by_rows."""
+        fits = [i for i in self.instances() if not self.instance_supports(i, key)]
+        return [pick for fam in _FAMILY_ORDER.get(key.arch, ())
+                for pick in rank_by_rows([i for i in fits if i.family == fam], key)]
+
+    def grid_sizes(self, inst: Instance, key) -> tuple[int, tuple[int, int]]:
+        return grid_sizes(dataclasses.replace(inst, ctas_per_sm=ctas_for_heads(inst.ctas_per_sm, key.heads)), key)
+
+    def build_schedule(self, cfg, query_start_loc, row_ends, records) -> None:
+        """Table records from the one schedule kernel every backend shares (they count units of
+        64-key tiles, the opus tile)."""
+        from ..triton.backend import build_records
+        build_records(self._instance(cfg.instance), cfg, query_start_loc, row_ends, records)
+
+    def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
+               query_start_loc, row_ends, out, out_offsets, records) -> None:
+        module = jit.load()
+        inst = self._instance(cfg.instance)
+        groups, parts = cfg.prefill_grid
+        grid_x = groups if mode == "prefill" else cfg.table_grid
+        stream = torch.cuda.current_stream(out.device).cuda_stream
+        try:
+            module.launch(registry_id(inst), _MODE[mode], q, q_scale, kv_cache, kv_scale, weights,
+                          block_tables, query_start_loc, row_ends, out, out_offsets,
+                          records if mode == "table" else None, cfg.heads, cfg.page_size,
+                          cfg.pages_per_block, cfg.gather, cfg.max_seq_len, grid_x, parts, stream)
+        except ValueError as e:  # the launcher's own checks (csrc/checks.h); nothing was launched
+            raise InputError(str(e)) from None
+
+    def _instance(self, name: str) -> Instance:
+        return next(i for i in self.instances() if i.name == name)
 
 
 BACKEND = OpusBackend()
