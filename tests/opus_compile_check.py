@@ -1,0 +1,256 @@
+"""Compile the opus kernel translation unit on a machine without a GPU and read its ISA facts.
+
+    python tests/opus_compile_check.py [sm90] [gfx950] [bindings] [--json FILE]
+
+- sm90: nvcc (CUDA_HOME or PATH) for sm_90 with `-Xptxas -v`: registers, spills, stack frame
+  of every kernel; SASS through cuobjdump (the triton wheel ships one) for the MMA it runs.
+- gfx950: Debian's clang-22 with the HIP 7 headers and ocml/ockl bitcode of the triton wheel plus
+  generated oclc_* control bitcode (shared/notes/HIP.md), device code to ISA: VGPRs, AGPRs,
+  SGPRs, spills, scratch, LDS and the scaled-MFMA count of every kernel.
+- bindings: g++ syntax check of bindings.cpp against the installed torch headers, and the
+  torch-free launch.cpp.
+
+tests/test_opus_build.py runs these and asserts on the records; the table this prints is the
+one docs/opus-backend.md quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CSRC = ROOT / "mqa_logits_mxfp4" / "backends" / "opus" / "csrc"
+KERNELS = CSRC / "kernels.cu"
+CLANG_NAMES = ("clang++-22", "clang++")
+NVCC_FLAGS = ["-std=c++17", "-O3", "--fmad=false", "-gencode=arch=compute_90,code=sm_90", "-Xptxas", "-v"]
+HIP_FLAGS = ["-x", "hip", "-std=c++17", "-O3", "-ffp-contract=off", "--cuda-device-only", "-S"]
+
+
+def _triton_dir() -> Path | None:
+    try:
+        import triton
+    except ImportError:
+        return None
+    return Path(triton.__file__).parent
+
+
+def find_nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and (Path(home) / "bin" / "nvcc").exists():
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+def find_cuobjdump() -> str | None:
+    tdir = _triton_dir()
+    cand = tdir / "backends" / "nvidia" / "bin" / "cuobjdump" if tdir else None
+    if cand and cand.exists():
+        return str(cand)
+    return shutil.which("cuobjdump")
+
+
+def find_clang() -> str | None:
+    """A clang that knows gfx950 (clang >= 20; Debian's clang-22)."""
+    for name in CLANG_NAMES:
+        exe = shutil.which(name)
+        if not exe:
+            continue
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+        m = re.search(r"clang version (\d+)", out)
+        if m and int(m.group(1)) >= 20:
+            return exe
+    return None
+
+
+def _c_compiler_for(clang: str) -> str:
+    c = clang.replace("clang++", "clang")
+    return c if shutil.which(c) else clang
+
+
+def rocm_tree(clang: str, where: Path) -> Path:
+    """A private ROCm folder: include/ from the triton wheel, bitcode/ = ocml.bc, ockl.bc and
+    generated oclc_* control libraries (each is one constant)."""
+    tdir = _triton_dir()
+    if tdir is None:
+        raise RuntimeError("triton is not installed: no HIP headers or device bitcode")
+    amd = tdir / "backends" / "amd"
+    root = where / "rocm"
+    bc = root / "bitcode"
+    bc.mkdir(parents=True, exist_ok=True)
+    if not (root / "include").exists():
+        (root / "include").symlink_to(amd / "include")
+    for lib in ("ocml.bc", "ockl.bc"):
+        shutil.copy2(amd / "lib" / lib, bc / lib)
+    cc = _c_compiler_for(clang)
+    consts = []
+    for name, sym in (("correctly_rounded_sqrt", "__oclc_correctly_rounded_sqrt32"), ("daz_opt", "__oclc_daz_opt"),
+                      ("finite_only", "__oclc_finite_only_opt"), ("unsafe_math", "__oclc_unsafe_math_opt"),
+                      ("wavefrontsize64", "__oclc_wavefrontsize64")):
+        consts += [(f"oclc_{name}_on", sym, "unsigned char", 1), (f"oclc_{name}_off", sym, "unsigned char", 0)]
+    consts.append(("oclc_abi_version_600", "__oclc_ABI_version", "int", 600))
+    consts += [(f"oclc_isa_version_{a}", "__oclc_ISA_version", "int", v) for a, v in (("90a", 9010), ("942", 9402), ("950", 9500))]
+    src = where / "gen"
+    src.mkdir(exist_ok=True)
+    for stem, sym, ctype, value in consts:
+        c = src / f"{stem}.c"
+        c.write_text(f'__attribute__((weak,visibility("protected"))) const __attribute__((address_space(4))) '
+                     f"{ctype} {sym} = {value};\n")
+        subprocess.run([cc, "--target=amdgcn-amd-amdhsa", "-nogpulib", "-c", "-emit-llvm", "-O2", str(c),
+                        "-o", str(bc / f"{stem}.bc")], check=True, capture_output=True)
+    (src / "opencl.c").write_text("\n")
+    subprocess.run([cc, "--target=amdgcn-amd-amdhsa", "-nogpulib", "-c", "-emit-llvm", str(src / "opencl.c"),
+                    "-o", str(bc / "opencl.bc")], check=True, capture_output=True)
+    return root
+
+
+_SM90_ARGS = re.compile(r"mqa_logits_sm90ILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
+_GFX_ARGS = re.compile(r"mqa_logits_gfx950ILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
+FAMILY_CODE = {0: "f16", 1: "fp8"}
+
+
+def compile_sm90(work: Path) -> dict:
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return {"skipped": "nvcc not found (CUDA_HOME / PATH)"}
+    obj = work / "kernels_sm90.o"
+    start = time.perf_counter()
+    p = subprocess.run([nvcc, *NVCC_FLAGS, "-c", str(KERNELS), "-o", str(obj)], capture_output=True, text=True)
+    rec = {"seconds": round(time.perf_counter() - start, 1), "returncode": p.returncode, "stderr": p.stderr[-6000:],
+           "nvcc": subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]}
+    if p.returncode:
+        return rec
+    kernels = {}
+    for m in re.finditer(r"Compiling entry function '(\S+)' for 'sm_90'\n(?:ptxas info\s+: Function properties for \S+\n)?"
+                         r"\s+(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads\n"
+                         r"ptxas info\s+: Used (\d+) registers", p.stderr):
+        a = _SM90_ARGS.search(m.group(1))
+        fam, rows, heads, warps, ctas = (int(x) for x in a.groups())
+        kernels[m.group(1)] = dict(family=FAMILY_CODE[fam], rows=rows, heads=heads, warps=warps, ctas=ctas,
+                                   registers=int(m.group(5)), stack=int(m.group(2)), spill_stores=int(m.group(3)),
+                                   spill_loads=int(m.group(4)))
+    cuobjdump = find_cuobjdump()
+    if cuobjdump is None:
+        rec["sass"] = "cuobjdump not found"
+    else:
+        sass = subprocess.run([cuobjdump, "-sass", str(obj)], capture_output=True, text=True).stdout
+        for block in sass.split("Function : ")[1:]:
+            name = block.split()[0]
+            if name in kernels:
+                ops = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", block, re.M)
+                kernels[name]["mma"] = sorted({o for o in ops if "MMA" in o})
+                kernels[name]["hmma"] = sum(o.startswith("HMMA") for o in ops)
+                kernels[name]["f2fp"] = sum(o.startswith("F2FP") for o in ops)
+                kernels[name]["local"] = sum(o.startswith(("LDL", "STL")) for o in ops)
+    rec["kernels"] = kernels
+    return rec
+
+
+def compile_gfx950(work: Path) -> dict:
+    clang = find_clang()
+    if clang is None:
+        return {"skipped": "no clang >= 20 with gfx950 (apt-get install clang-22 lld-22 clang-tools-22)"}
+    try:
+        rocm = rocm_tree(clang, work)
+    except (RuntimeError, subprocess.CalledProcessError, OSError) as e:
+        return {"skipped": f"no HIP headers / device bitcode: {e}"}
+    isa = work / "kernels_gfx950.s"
+    start = time.perf_counter()
+    p = subprocess.run([clang, *HIP_FLAGS, f"--rocm-path={rocm}", "-isystem", str(rocm / "include"),
+                        f"--rocm-device-lib-path={rocm / 'bitcode'}", "--offload-arch=gfx950", str(KERNELS),
+                        "-o", str(isa)], capture_output=True, text=True)
+    rec = {"seconds": round(time.perf_counter() - start, 1), "returncode": p.returncode, "stderr": p.stderr[-6000:],
+           "clang": subprocess.run([clang, "--version"], capture_output=True, text=True).stdout.splitlines()[0]}
+    if p.returncode:
+        return rec
+    text = isa.read_text()
+    rec["target"] = (re.search(r'\.amdgcn_target "([^"]+)"', text) or re.search(r"amdhsa\.target:\s+(\S+)", text)).group(1)
+    kernels = {}
+    for block in re.split(r"\n  - \.", text.split("amdhsa.kernels:")[1])[0:]:
+        m = re.search(r"\.name:\s+(_Z\S+)", block)
+        if not m or "mqa_logits_gfx950" not in m.group(1):
+            continue
+        name = m.group(1)
+
+        def field(key, blk=block):
+            f = re.search(rf"\.{key}:\s+(\d+)", blk)
+            return int(f.group(1)) if f else None
+        rows, heads, waves, ctas = (int(x) for x in _GFX_ARGS.search(name).groups())
+        kernels[name] = dict(rows=rows, heads=heads, waves=waves, ctas=ctas, vgpr=field("vgpr_count"),
+                             agpr=field("agpr_count"), sgpr=field("sgpr_count"), vgpr_spill=field("vgpr_spill_count"),
+                             sgpr_spill=field("sgpr_spill_count"), scratch=field("private_segment_fixed_size"),
+                             lds=field("group_segment_fixed_size"))
+    for name, body in re.findall(r"\n(_Z\w+):\s*(?:;[^\n]*)?\n(.*?)\n\s*s_endpgm", text, re.S):
+        if name in kernels:
+            kernels[name]["mfma_scale"] = len(re.findall(r"v_mfma_scale_f32_32x32x64_f8f6f4", body))
+            kernels[name]["calls"] = len(re.findall(r"s_swappc|s_setpc", body))
+    rec["kernels"] = kernels
+    return rec
+
+
+def compile_bindings(work: Path) -> dict:
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        return {"skipped": "no host C++ compiler"}
+    from torch.utils import cpp_extension
+    includes = [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
+    start = time.perf_counter()
+    syntax = subprocess.run([cxx, "-std=c++20", "-fsyntax-only", "-Wall", *includes, "-DTORCH_EXTENSION_NAME=opus_check",
+                             str(CSRC / "bindings.cpp")], capture_output=True, text=True)
+    launch = subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-c", str(CSRC / "launch.cpp"),
+                             "-o", str(work / "launch.o")], capture_output=True, text=True)
+    return {"seconds": round(time.perf_counter() - start, 1),
+            "bindings": {"returncode": syntax.returncode, "stderr": syntax.stderr[-6000:]},
+            "launch": {"returncode": launch.returncode, "stderr": launch.stderr[-6000:]}}
+
+
+def table(sm90: dict, gfx950: dict) -> str:
+    lines = []
+    if "kernels" in sm90:
+        lines += ["| sm_90 kernel (family r H w ctas) | registers | spills / stack | MMA (static count) |", "|---|---|---|---|"]
+        for k in sorted(sm90["kernels"].values(), key=lambda k: (k["family"], k["rows"], k["warps"], k["heads"])):
+            mma = ", ".join(k.get("mma", [])) + f" x{k.get('hmma', 0)}" + (f", F2FP x{k['f2fp']}" if k.get("f2fp") else "")
+            lines.append(f"| {k['family']} r{k['rows']} H{k['heads']} w{k['warps']} c{k['ctas']} | {k['registers']} | "
+                         f"{k['spill_stores']} B / {k['stack']} B | {mma} |")
+    if "kernels" in gfx950:
+        lines += ["", "| gfx950 kernel (r H waves) | VGPR / AGPR / SGPR | VGPR spill / SGPR spill / scratch | LDS | scaled MFMA |",
+                  "|---|---|---|---|---|"]
+        for k in sorted(gfx950["kernels"].values(), key=lambda k: (k["rows"], k["heads"])):
+            lines.append(f"| r{k['rows']} H{k['heads']} w{k['waves']} | {k['vgpr']} / {k['agpr']} / {k['sgpr']} | "
+                         f"{k['vgpr_spill']} / {k['sgpr_spill']} / {k['scratch']} | {k['lds']} | {k.get('mfma_scale')} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", nargs="*", default=["sm90", "gfx950", "bindings"], choices=["sm90", "gfx950", "bindings"])
+    p.add_argument("--json", help="write the records here")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="opus-compile-") as tmp:
+        work = Path(tmp)
+        recs = {}
+        if "sm90" in args.what:
+            recs["sm90"] = compile_sm90(work)
+        if "gfx950" in args.what:
+            recs["gfx950"] = compile_gfx950(work)
+        if "bindings" in args.what:
+            recs["bindings"] = compile_bindings(work)
+    print(table(recs.get("sm90", {}), recs.get("gfx950", {})))
+    for what, rec in recs.items():
+        print(f"{what}: " + ", ".join(f"{k}={v}" for k, v in rec.items() if k in ("seconds", "returncode", "skipped", "nvcc", "clang", "target")))
+    if args.json:
+        Path(args.json).write_text(json.dumps(recs, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
