@@ -189,6 +189,9 @@ def compile_gfx950(work: Path) -> dict:
                              agpr=field("agpr_count"), sgpr=field("sgpr_count"), vgpr_spill=field("vgpr_spill_count"),
                              sgpr_spill=field("sgpr_spill_count"), scratch=field("private_segment_fixed_size"),
                              lds=field("group_segment_fixed_size"))
+    for name, agpr in re.findall(r"\.set (_Z\w+)\.num_agpr, (\d+)", text):
+        if name in kernels:
+            kernels[name]["agpr"] = int(agpr)
     for name, body in re.findall(r"\n(_Z\w+):\s*(?:;[^\n]*)?\n(.*?)\n\s*s_endpgm", text, re.S):
         if name in kernels:
             kernels[name]["mfma_scale"] = len(re.findall(r"v_mfma_scale_f32_32x32x64_f8f6f4", body))

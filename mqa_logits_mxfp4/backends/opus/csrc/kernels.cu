@@ -37,6 +37,7 @@ int launch_one(const LaunchArgs& args, opus_stream_t stream) {
 #else
   const dim3 block(WARPS * 32);
   constexpr int smem = sm90::smem_bytes<FAMILY, R, H, WARPS>();
+  static_assert(smem <= 227 * 1024, "shared memory of one CTA exceeds sm_90's 227 KB");
   auto kernel = sm90::mqa_logits_sm90<FAMILY, R, H, WARPS, CTAS>;
   static const opus_error_t attr =  // once per kernel: dynamic shared memory above 48 KB is opt-in
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
