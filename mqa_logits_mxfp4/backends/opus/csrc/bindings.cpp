@@ -2,6 +2,7 @@
 // ones (torch/extension.h), so it compiles against any torch build. Tensors become plain
 // descriptions (checks.h); the caller passes the raw handle of torch's current stream, and the
 // kernel TU launches on the tensors' device.
+#include <pybind11/stl.h>  // std::optional<Tensor> from None
 #include <torch/extension.h>
 
 #include <optional>

@@ -143,7 +143,6 @@ struct Scorer {
 
   // Query operands, scales, weights and row bounds of rows [r0, r1) into shared memory.
   OPUS_DEV void setup_group() {
-#pragma unroll 1
 #pragma unroll 1  // setup runs once a group: keep its registers out of the peak
     for (int idx = tid; idx < R * kScaleBlocks * S::NT * 32; idx += S::THREADS) {
       const int l = idx & 31, j = (idx >> 5) % S::NT, blk = (idx / (32 * S::NT)) % kScaleBlocks;
@@ -160,7 +159,6 @@ struct Scorer {
 #pragma unroll
       for (int k = 0; k < S::BREGS; ++k) sm.qf[r][blk][j][k][l] = o[k];
     }
-#pragma unroll 1
 #pragma unroll 1  // setup runs once a group: keep its registers out of the peak
     for (int idx = tid; idx < R * kScaleBlocks * S::NT * 4; idx += S::THREADS) {
       const int t = idx & 3, j = (idx >> 2) % S::NT, blk = (idx / (4 * S::NT)) % kScaleBlocks;
@@ -175,7 +173,6 @@ struct Scorer {
       }
       sm.sq[r][blk][j][t] = make_float2(v[0], v[1]);
     }
-#pragma unroll 1
 #pragma unroll 1  // setup runs once a group: keep its registers out of the peak
     for (int idx = tid; idx < R * 4 * S::HQ; idx += S::THREADS) {
       const int slot = idx % S::HQ, t = (idx / S::HQ) & 3, r = idx / (4 * S::HQ);

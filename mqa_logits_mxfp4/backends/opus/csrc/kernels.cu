@@ -2,6 +2,8 @@
 // entry of that platform and each head count it serves. No torch headers (CI compiles it
 // alone with nvcc for sm_90 and with clang for gfx950).
 #include "kernels.h"
+
+#include <atomic>
 #include "port.h"
 #include "registry.h"
 
@@ -39,11 +41,15 @@ int launch_one(const LaunchArgs& args, opus_stream_t stream) {
   constexpr int smem = sm90::smem_bytes<FAMILY, R, H, WARPS>();
   static_assert(smem <= 227 * 1024, "shared memory of one CTA exceeds sm_90's 227 KB");
   auto kernel = sm90::mqa_logits_sm90<FAMILY, R, H, WARPS, CTAS>;
-  static const opus_error_t attr =  // once per kernel: dynamic shared memory above 48 KB is opt-in
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (attr != opus_success) {
-    last_error = attr;
-    return kLaunchFailed;
+  // dynamic shared memory above 48 KB is opt-in, once per kernel and device
+  static std::atomic<unsigned long long> opted_in{0};
+  int device = 0;
+  if ((last_error = cudaGetDevice(&device)) != opus_success) return kLaunchFailed;
+  const unsigned long long bit = 1ull << (device & 63);
+  if (!(opted_in.load(std::memory_order_relaxed) & bit)) {
+    if ((last_error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != opus_success)
+      return kLaunchFailed;
+    opted_in.fetch_or(bit, std::memory_order_relaxed);
   }
   kernel<<<grid, block, smem, stream>>>(args);
 #endif
