@@ -114,6 +114,25 @@ def grid_sizes(inst: Instance, key) -> tuple[int, tuple[int, int]]:
     return max(1, min(slots, units)), (groups, parts)
 
 
+MAX_COLS = 256  # rows x heads of one tile: the MMA's N and the accumulator's width
+
+
+def attribute_rules(inst: Instance, key) -> list[tuple[bool, str, str]]:
+    """The rules every backend checks from an instance's attributes, for ok_if()."""
+    return [
+        (key.arch in inst.arches, "arch", f"{inst.name} runs on {', '.join(inst.arches)}; got {key.arch}"),
+        (key.heads in inst.heads, "heads", f"{inst.name} needs heads in {inst.heads}; got {key.heads}"),
+        (key.head_dim in inst.head_dims, "head_dim",
+         f"{inst.name} needs head_dim in {inst.head_dims}; got {key.head_dim}"),
+        (key.page_size in inst.page_sizes, "page_size",
+         f"{inst.name} needs page_size in {inst.page_sizes}; got {key.page_size}"),
+        (inst.rows * key.heads <= MAX_COLS, "tile",
+         f"{inst.name} needs rows x heads <= {MAX_COLS}; got {inst.rows} x {key.heads}"),
+        (not key.gather or inst.rows == 1, "gather",
+         f"gather mode needs a one-row instance (each row has its own table); {inst.name} has {inst.rows}"),
+    ]
+
+
 def ok_if(rules: list[tuple[bool, str, str]]) -> list[Reason]:
     """Reasons for the rules whose condition is False: [(holds, check, message), ...]."""
     return [Reason(check, msg) for holds, check, msg in rules if not holds]

@@ -13,13 +13,12 @@ import threading
 
 import torch
 
-from ..base import Instance, Reason, grid_sizes, ok_if, rank_by_rows
+from ..base import Instance, Reason, attribute_rules, grid_sizes, ok_if, rank_by_rows
 from .instances import INSTANCES
 from .spec import KernelSpec
 from .toolchain import PINNED_VERSION, installed_version
 
 ARCH = "gfx950"
-MAX_COLS = 256               # rows x heads of one row group (its LDS staging: 84 bytes a column)
 ALIGN = {"q": 16, "kv_cache": 16, "kv_scale": 16}   # the kernels' 16-byte loads
 
 _compiled: dict[tuple[KernelSpec, str], object] = {}
@@ -70,18 +69,7 @@ class FlydslBackend:
         ])
 
     def instance_supports(self, inst: Instance, key) -> list[Reason]:
-        return ok_if([
-            (key.arch in inst.arches, "arch", f"{inst.name} runs on {', '.join(inst.arches)}; got {key.arch}"),
-            (key.heads in inst.heads, "heads", f"{inst.name} needs heads in {inst.heads}; got {key.heads}"),
-            (key.head_dim in inst.head_dims, "head_dim",
-             f"{inst.name} needs head_dim in {inst.head_dims}; got {key.head_dim}"),
-            (key.page_size in inst.page_sizes, "page_size",
-             f"{inst.name} needs page_size in {inst.page_sizes}; got {key.page_size}"),
-            (inst.rows * key.heads <= MAX_COLS, "tile",
-             f"{inst.name} needs rows x heads <= {MAX_COLS}; got {inst.rows} x {key.heads}"),
-            (not key.gather or inst.rows == 1, "gather",
-             f"gather mode needs a one-row instance (each row has its own table); {inst.name} has {inst.rows}"),
-        ])
+        return ok_if(attribute_rules(inst, key))
 
     def ranked_picks(self, key) -> list[tuple[Instance, str]]:
         """Per-arch default rule: the one every backend shares (base.rank_by_rows)."""

@@ -13,11 +13,10 @@ import dataclasses
 import torch
 
 from ...dispatch.errors import InputError
-from ..base import Instance, Reason, grid_sizes, ok_if, rank_by_rows
+from ..base import Instance, Reason, attribute_rules, grid_sizes, ok_if, rank_by_rows
 from . import jit
 from .instances import INSTANCES, ctas_for_heads, from_registry, registry_id
 
-MAX_COLS = 256                        # rows x heads of a row group (its query operands in shared memory)
 ARCHES = ("sm_90", "gfx950")          # the targets csrc/ has bodies for
 _MODE = {"table": 0, "free": 1, "prefill": 2}
 _FAMILY_ORDER = {"sm_90": ("f16", "fp8"), "gfx950": ("mxf4",)}   # fp8 on sm_90: kept for measurement
@@ -59,18 +58,7 @@ class OpusBackend:
         ])
 
     def instance_supports(self, inst: Instance, key) -> list[Reason]:
-        return ok_if([
-            (key.arch in inst.arches, "arch", f"{inst.name} runs on {', '.join(inst.arches)}; got {key.arch}"),
-            (key.heads in inst.heads, "heads", f"{inst.name} needs heads in {inst.heads}; got {key.heads}"),
-            (key.head_dim in inst.head_dims, "head_dim",
-             f"{inst.name} needs head_dim in {inst.head_dims}; got {key.head_dim}"),
-            (key.page_size in inst.page_sizes, "page_size",
-             f"{inst.name} needs page_size in {inst.page_sizes}; got {key.page_size}"),
-            (inst.rows * key.heads <= MAX_COLS, "tile",
-             f"{inst.name} needs rows x heads <= {MAX_COLS}; got {inst.rows} x {key.heads}"),
-            (not key.gather or inst.rows == 1, "gather",
-             f"gather mode needs a one-row instance (each row has its own table); {inst.name} has {inst.rows}"),
-        ])
+        return ok_if(attribute_rules(inst, key))
 
     def ranked_picks(self, key) -> list[tuple[Instance, str]]:
         """Per-arch default rule: the arch's families in order, each ranked by rank_by_rows."""

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import triton
 
-from ..base import Instance, Reason, grid_sizes, ok_if, rank_by_rows
+from ..base import Instance, Reason, attribute_rules, grid_sizes, ok_if, rank_by_rows
 from .instances import ACC_PER_THREAD, INSTANCES
 
-MAX_COLS = 256          # rows x heads of one tile: the MMA's N and the accumulator's width
 _MMA = {"fp8": 0, "f16": 1, "scaled": 2}
 _MODE = {"table": 0, "free": 1, "prefill": 2}
 _PREFERRED_FAMILY = {"gfx950": "scaled", "gfx1250": "scaled",
@@ -54,20 +53,10 @@ class TritonBackend:
                        f"TRITON_INTERPRET=1 is set, so kernels cannot run on {key.device}")])
 
     def instance_supports(self, inst: Instance, key) -> list[Reason]:
-        rules = [
-            (key.arch in inst.arches, "arch", f"{inst.name} runs on {', '.join(inst.arches)}; got {key.arch}"),
-            (key.heads in inst.heads, "heads", f"{inst.name} needs heads in {inst.heads}; got {key.heads}"),
-            (key.head_dim in inst.head_dims, "head_dim",
-             f"{inst.name} needs head_dim in {inst.head_dims}; got {key.head_dim}"),
-            (key.page_size in inst.page_sizes, "page_size",
-             f"{inst.name} needs page_size in {inst.page_sizes}; got {key.page_size}"),
-            (inst.rows * key.heads <= MAX_COLS, "tile",
-             f"{inst.name} needs rows x heads <= {MAX_COLS}; got {inst.rows} x {key.heads}"),
+        rules = attribute_rules(inst, key) + [
             (inst.rows * key.heads * inst.block_n <= ACC_PER_THREAD * 32 * inst.warps, "registers",
              f"{inst.name} holds rows x heads x keys = {inst.rows * key.heads * inst.block_n} accumulators; "
              f"at most {ACC_PER_THREAD * 32 * inst.warps} fit its {inst.warps} warps"),
-            (not key.gather or inst.rows == 1, "gather",
-             f"gather mode needs a one-row instance (each row has its own table); {inst.name} has {inst.rows}"),
         ]
         if inst.family == "scaled" and key.arch == "cpu":
             rules.append((_triton_version() >= (3, 9), "interpreter",
