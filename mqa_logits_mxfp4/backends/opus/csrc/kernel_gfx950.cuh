@@ -21,6 +21,7 @@
 
 #include "args.h"
 #include "port.h"
+#include "drive.cuh"
 #include "worksplit.h"
 
 namespace opus {
@@ -269,37 +270,7 @@ __global__ void __launch_bounds__(WAVES * 64) mqa_logits_gfx950(const LaunchArgs
   __shared__ Lds<R, H, WAVES> lds;
   const SeqView sv{args.qsl, args.row_ends, args.num_seqs, args.num_rows};
   Scorer<R, H, WAVES> scorer(args, lds);
-  FreeIter fi{0, 0, 0, 0};
-  PrefillIter pi{(int)blockIdx.y, args.parts};
-  const bool prefill = args.mode == kModePrefill;
-  if (prefill) {
-    pi.init(sv, R, blockIdx.x);
-  } else if (args.mode == kModeTable) {
-    const int32_t* rec = args.records + (long long)blockIdx.x * kRecordInts;
-    fi.u = rec[0];
-    fi.u_end = rec[1];
-    fi.b = rec[2];
-    fi.base = rec[3];
-  } else {
-    if (threadIdx.x < 64) {
-      const CtaRange cr = cta_range_wave(sv, R, blockIdx.x, gridDim.x, threadIdx.x);
-      if (threadIdx.x == 0) {
-        lds.range[0] = cr.u_begin;
-        lds.range[1] = cr.u_end;
-        lds.range[2] = cr.b;
-        lds.range[3] = cr.base;
-      }
-    }
-    __syncthreads();
-    fi.u = lds.range[0];
-    fi.u_end = lds.range[1];
-    fi.b = lds.range[2];
-    fi.base = lds.range[3];
-  }
-  Piece p;
-  while (prefill ? pi.next(sv, p) : fi.next(sv, R, p)) {
-    if (p.r1 > p.r0 && p.t1 > p.t0) scorer.score_piece(p);
-  }
+  for_each_piece<64, cta_range_wave>(args, sv, R, lds.range, scorer);
 #elif defined(__HIP_DEVICE_COMPILE__)
   __builtin_trap();  // built for another gfx target: the launcher never routes here
 #endif

@@ -24,6 +24,7 @@
 #include "args.h"
 #include "encode.h"
 #include "port.h"
+#include "drive.cuh"
 #include "worksplit.h"
 
 namespace opus {
@@ -391,37 +392,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_CTAS) mqa_logits_sm90(const La
   auto& sm = *reinterpret_cast<Smem<FAMILY, R, H, WARPS>*>(smem_raw);
   const SeqView sv{args.qsl, args.row_ends, args.num_seqs, args.num_rows};
   Scorer<FAMILY, R, H, WARPS> scorer(args, sm);
-  FreeIter fi{0, 0, 0, 0};
-  PrefillIter pi{(int)blockIdx.y, args.parts};
-  const bool prefill = args.mode == kModePrefill;
-  if (prefill) {
-    pi.init(sv, R, blockIdx.x);
-  } else if (args.mode == kModeTable) {
-    const int32_t* rec = args.records + (long long)blockIdx.x * kRecordInts;
-    fi.u = rec[0];
-    fi.u_end = rec[1];
-    fi.b = rec[2];
-    fi.base = rec[3];
-  } else {
-    if (threadIdx.x < 32) {
-      const CtaRange cr = cta_range_warp(sv, R, blockIdx.x, gridDim.x, threadIdx.x);
-      if (threadIdx.x == 0) {
-        sm.range[0] = cr.u_begin;
-        sm.range[1] = cr.u_end;
-        sm.range[2] = cr.b;
-        sm.range[3] = cr.base;
-      }
-    }
-    __syncthreads();
-    fi.u = sm.range[0];
-    fi.u_end = sm.range[1];
-    fi.b = sm.range[2];
-    fi.base = sm.range[3];
-  }
-  Piece p;
-  while (prefill ? pi.next(sv, p) : fi.next(sv, R, p)) {
-    if (p.r1 > p.r0 && p.t1 > p.t0) scorer.score_piece(p);
-  }
+  for_each_piece<32, cta_range_warp>(args, sv, R, sm.range, scorer);
 #else
   __trap();  // built for another arch: the launcher never routes here
 #endif
