@@ -17,3 +17,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(pytest.mark.skip(reason=f"gpu test: {why}"))
+
+
+@pytest.fixture
+def isolated_dispatch(monkeypatch, tmp_path_factory):
+    """No MQA_LOGITS_MXFP4_* from the caller, no shipped tables; caches dropped before and after."""
+    import mqa_logits_mxfp4 as mx
+    from mqa_logits_mxfp4.dispatch import env, table
+
+    for name in [n for n in os.environ if n.startswith(env.PREFIX)]:
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(table, "CONFIG_DIR", tmp_path_factory.mktemp("no_shipped_configs"))
+    mx.reload()
+    yield
+    mx.reload()

@@ -25,15 +25,7 @@ BOUNDS = dict(heads=64, max_rows=16, max_seqs=4, max_seq_len=1024)
 DEFAULT_DECODE = "fp8_r1n64w4s2"  # the CPU default rule's pick for BOUNDS (fp8 family, fewest rows)
 
 
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch, tmp_path_factory):
-    """No MQA_LOGITS_MXFP4_* from the caller, no shipped tables; caches dropped before and after."""
-    for name in [n for n in os.environ if n.startswith(env.PREFIX)]:
-        monkeypatch.delenv(name)
-    monkeypatch.setattr(table, "CONFIG_DIR", tmp_path_factory.mktemp("no_shipped_configs"))
-    mx.reload()
-    yield
-    mx.reload()
+pytestmark = pytest.mark.usefixtures("isolated_dispatch")  # tests/conftest.py
 
 
 def build(device="cpu", **over):

@@ -1,28 +1,21 @@
 """Tuned tables (SPEC section 6): schema, merging, collisions, overrides and the lookup rule."""
 
-import csv
 import os
 
 import pytest
 import torch
 
 import mqa_logits_mxfp4 as mx
-from mqa_logits_mxfp4.dispatch import env, table
+from mqa_logits_mxfp4.dispatch import table
 from mqa_logits_mxfp4.dispatch.config import ProblemKey
 from mqa_logits_mxfp4.dispatch.table import COLUMNS, TableError
+
+from helpers import write_csv
 
 SHIPPED_CONFIG_DIR = table.CONFIG_DIR
 
 
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch, tmp_path_factory):
-    """No MQA_LOGITS_MXFP4_* from the caller, no shipped tables; caches dropped before and after."""
-    for name in [n for n in os.environ if n.startswith(env.PREFIX)]:
-        monkeypatch.delenv(name)
-    monkeypatch.setattr(table, "CONFIG_DIR", tmp_path_factory.mktemp("no_shipped_configs"))
-    mx.reload()
-    yield
-    mx.reload()
+pytestmark = pytest.mark.usefixtures("isolated_dispatch")  # tests/conftest.py
 
 
 def row(**over) -> dict:
@@ -34,14 +27,6 @@ def row(**over) -> dict:
     return r
 
 
-def write_csv(path, rows, columns=COLUMNS):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow(r)
-    return path
 
 
 def problem(*, qlen=1, rows=16, seq_len=1024, arch="cpu", cu_num=1, heads=64, head_dim=128,

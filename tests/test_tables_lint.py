@@ -3,7 +3,6 @@ columns (table.read_table), no key in two files (table.merge), only existing bac
 instances and modes (registry) on arches the instance runs on, device arch tokens and positive
 times. Passes with no tables; the lint itself is shown to fail on bad ones."""
 
-import csv
 from dataclasses import replace
 
 import pytest
@@ -11,6 +10,8 @@ import pytest
 from mqa_logits_mxfp4.dispatch import table
 from mqa_logits_mxfp4.dispatch.table import COLUMNS
 from mqa_logits_mxfp4.tuning.tuner import lint_tables
+
+from helpers import tuned_row as row, write_csv
 
 COMMITTED = sorted(table.CONFIG_DIR.rglob("*.csv"))
 
@@ -20,21 +21,8 @@ def test_committed_tables_pass_the_lint():
     assert all(table.read_table(p) for p in COMMITTED), "a committed table without rows"
 
 
-def row(**over) -> dict:
-    r = dict(schema_version=1, arch="sm_90", cu_num=132, heads=64, head_dim=128, page_size=64,
-             pages_per_block=1, gather=0, qlen=1, rows=16, seq_len=1024, backend="triton",
-             instance="fp8_r1n64w4s2", mode="free", us=10.0, date="2026-01-01", tool_version="t",
-             torch_version="t", triton_version="t", device_name="d", ref_us=100.0, candidates=3)
-    r.update(over)
-    return r
 
 
-def write_csv(path, rows, columns=COLUMNS):
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    return path
 
 
 def test_lint_passes_good_tables(tmp_path):

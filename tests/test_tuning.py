@@ -4,7 +4,6 @@ Kernels run on the CPU through the Triton interpreter; the timer is injected (a 
 returns set values per candidate label), except in one case that times for real (wall clock).
 """
 
-import csv
 import math
 import os
 import subprocess
@@ -15,12 +14,14 @@ import pytest
 import torch
 
 import mqa_logits_mxfp4 as mx
-from mqa_logits_mxfp4.dispatch import env, registry, table
+from mqa_logits_mxfp4.dispatch import registry, table
 from mqa_logits_mxfp4.dispatch.checks import check_inputs
 from mqa_logits_mxfp4.dispatch.select import make_config
 from mqa_logits_mxfp4.dispatch.table import COLUMNS, TableError
 from mqa_logits_mxfp4.tuning import bench, report, suites, tuner
 from mqa_logits_mxfp4.tuning.commands import _parser, main
+
+from helpers import tuned_row as row, write_csv
 
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
 needs_kernels = pytest.mark.skipif(not INTERPRETING, reason="CPU kernels need TRITON_INTERPRET=1")
@@ -30,15 +31,7 @@ SMOKE = suites.SUITES["smoke"].shapes()
 TRITON = registry.get("triton")
 
 
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch, tmp_path_factory):
-    """No MQA_LOGITS_MXFP4_* from the caller, no shipped tables; caches dropped before and after."""
-    for name in [n for n in os.environ if n.startswith(env.PREFIX)]:
-        monkeypatch.delenv(name)
-    monkeypatch.setattr(table, "CONFIG_DIR", tmp_path_factory.mktemp("no_shipped_configs"))
-    mx.reload()
-    yield
-    mx.reload()
+pytestmark = pytest.mark.usefixtures("isolated_dispatch")  # tests/conftest.py
 
 
 class FakeTimer:
@@ -185,21 +178,8 @@ def test_parse_shard():
             suites.parse_shard(bad)
 
 
-def row(**over) -> dict:
-    r = dict(schema_version=1, arch="sm_90", cu_num=132, heads=64, head_dim=128, page_size=64,
-             pages_per_block=1, gather=0, qlen=1, rows=16, seq_len=1024, backend="triton",
-             instance=INSTANCE, mode="free", us=10.0, date="2026-01-01", tool_version="t",
-             torch_version="t", triton_version="t", device_name="d", ref_us=100.0, candidates=3)
-    r.update(over)
-    return r
 
 
-def write_csv(path, rows, columns=COLUMNS):
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    return path
 
 
 def test_merge_collision_names_both_files(tmp_path):
