@@ -108,17 +108,27 @@ def _pinned(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
     if reasons:
         raise PinnedBackendError(f"{what} cannot serve {key!r}: {_fmt(reasons)}")
     tried = []
+    pick = _default_pick(backend, key, settings, tried, lambda inst: inst.name)
+    if pick is not None:
+        return make_config(key, backend, *pick, f"{what}, its default rule for {key.arch}",
+                           notes=tuple(tried))
+    raise PinnedBackendError(f"{what} has no instance for {key!r}: "
+                             + "; ".join(tried + [_no_instance(backend, key)]))
+
+
+def _default_pick(backend, key: ProblemKey, settings: Settings, failures: list[str],
+                  label) -> tuple[Instance, str] | None:
+    """The backend's first ranked (instance, mode) that fits and passes its self-check; each
+    self-check failure on the way is appended to `failures` under label(instance)."""
     for inst, mode in backend.ranked_picks(key):
         if backend.instance_supports(inst, key):
             continue
         bad = _selfcheck(backend, inst, key, settings)
         if bad:
-            tried.append(f"{inst.name}: self-check failed: {bad}")
+            failures.append(f"{label(inst)}: self-check failed: {bad}")
             continue
-        return make_config(key, backend, inst, mode, f"{what}, its default rule for {key.arch}",
-                           notes=tuple(tried))
-    raise PinnedBackendError(f"{what} has no instance for {key!r}: "
-                             + "; ".join(tried + [_no_instance(backend, key)]))
+        return inst, mode
+    return None
 
 
 def decide(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
@@ -164,16 +174,11 @@ def _auto(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
         if reasons:
             everyone.append(f"{name}: {_fmt(reasons)}")
             continue
-        for inst, mode in backend.ranked_picks(key):
-            if backend.instance_supports(inst, key):
-                continue
-            bad = _selfcheck(backend, inst, key, settings)
-            if bad:
-                everyone.append(f"{name}/{inst.name}: self-check failed: {bad}")
-                continue
+        pick = _default_pick(backend, key, settings, everyone, lambda inst: f"{name}/{inst.name}")
+        if pick is not None:
             later = [f"{n}: {_fmt(r)}" for n in order[pos + 1:]
                      if (r := _unfit(registry.get(n), None, key))]
-            return make_config(key, backend, inst, mode, f"default rule for {key.arch}",
+            return make_config(key, backend, *pick, f"default rule for {key.arch}",
                                notes=tuple(notes + everyone + later))
         everyone.append(f"{name}: {_no_instance(backend, key)}")
     raise NoBackendError(f"no backend can serve {key!r}:\n  " + "\n  ".join(notes + everyone))
