@@ -9,7 +9,7 @@ import pytest
 
 from mqa_logits_mxfp4.dispatch import table
 from mqa_logits_mxfp4.dispatch.table import COLUMNS
-from mqa_logits_mxfp4.tuning.tuner import lint_tables
+from mqa_logits_mxfp4.tuning.tables import lint_tables
 
 from helpers import tuned_row as row, write_csv
 

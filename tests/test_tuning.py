@@ -18,7 +18,7 @@ from mqa_logits_mxfp4.dispatch import registry, table
 from mqa_logits_mxfp4.dispatch.checks import check_inputs
 from mqa_logits_mxfp4.dispatch.select import make_config
 from mqa_logits_mxfp4.dispatch.table import COLUMNS, TableError
-from mqa_logits_mxfp4.tuning import bench, report, suites, tuner
+from mqa_logits_mxfp4.tuning import bench, report, suites, tables, tuner
 from mqa_logits_mxfp4.tuning.commands import _parser, main
 
 from helpers import tuned_row as row, write_csv
@@ -186,7 +186,7 @@ def test_merge_collision_names_both_files(tmp_path):
     a = write_csv(tmp_path / "a.csv", [row(), row(rows=32)])
     b = write_csv(tmp_path / "b.csv", [row(rows=64), row(rows=32, us=9.0)])
     with pytest.raises(TableError) as e:
-        tuner.merge_tables([a, b], tmp_path / "out.csv")
+        tables.merge_tables([a, b], tmp_path / "out.csv")
     assert f"{a}:3" in str(e.value) and f"{b}:3" in str(e.value)
     assert not (tmp_path / "out.csv").exists()
 
@@ -195,15 +195,15 @@ def test_merge_writes_sorted_rows_and_refuses_to_overwrite(tmp_path):
     a = write_csv(tmp_path / "a.csv", [row(rows=64), row(seq_len=4096)])
     b = write_csv(tmp_path / "b.csv", [row(rows=32)])
     out = tmp_path / "out.csv"
-    assert tuner.merge_tables([a, b], out) == 3
+    assert tables.merge_tables([a, b], out) == 3
     keys = [r.key for r in table.read_table(out)]
     assert keys == sorted(keys) and len(keys) == 3
     with open(out) as f:
         assert f.readline().strip().split(",") == list(COLUMNS)
     with pytest.raises(TableError, match="exists and is not an input"):
-        tuner.merge_tables([a], out)
+        tables.merge_tables([a], out)
     c = write_csv(tmp_path / "c.csv", [row(rows=8)])
-    assert tuner.merge_tables([out, c], out) == 4  # merging into an input is allowed
+    assert tables.merge_tables([out, c], out) == 4  # merging into an input is allowed
 
 
 def test_merge_command(tmp_path):
@@ -232,7 +232,7 @@ def test_tuner_writes_a_table_the_dispatcher_finds(tmp_path, monkeypatch):
     # table: 40 + 300 / 3 layers = 140 us loses to free at 50 us
     assert (got.backend, got.instance, got.mode, got.us) == ("triton", INSTANCE, "free", 50.0)
     assert got.key == table.bucket(shape.key(CPU))
-    (rec,) = tuner.read_records(out)
+    (rec,) = tables.read_records(out)
     assert float(rec["ref_us"]) == 7000 and rec["candidates"] == "3" and rec["device_name"]
     assert rec["torch_version"] == torch.__version__
 
@@ -345,17 +345,17 @@ def test_banded_reference_check_catches_errors_in_its_bands():
 def test_verify_flags_rows_off_by_more_than_ten_percent(tmp_path):
     out = tmp_path / "model.csv"
     tuner.tune(SMOKE, out, make_tuner(FakeTimer({label("free"): 50}, default=80), torch_path=False))
-    recs = tuner.read_records(out)
+    recs = tables.read_records(out)
     assert [r["mode"] for r in recs] == ["free", "free"]
     recs[0]["us"], recs[1]["us"] = "52", "40"  # now 50: -4% (within) and +25% (off)
     recs.append(dict(recs[0], arch="sm_90", cu_num="132"))  # another device's row: skipped
-    tuner.write_records(out, recs)
+    tables.write_records(out, recs)
     rows, skipped = tuner.verify(out, make_tuner(FakeTimer({label("free"): 50})))
     assert [(v.tuned_us, v.now_us, v.off(0.10)) for v in rows] == [(52, 50, False), (40, 50, True)]
     assert len(skipped) == 1 and "sm_90/132" in skipped[0]
 
     recs[0]["instance"] = "no_such_instance"
-    tuner.write_records(out, recs)
+    tables.write_records(out, recs)
     rows, _ = tuner.verify(out, make_tuner(FakeTimer({label("free"): 50})))
     assert "no instance 'no_such_instance'" in rows[0].problem and rows[0].off(0.10)
 

@@ -206,7 +206,7 @@ def _child_argv(args, output: Path, part: Path, g: int, n: int, tag: str, device
 
 def _spawn_workers(args, n: int, device, output: Path) -> int:
     """One process per GPU (or n CPU processes), each on its share; their tables merged into output."""
-    from .tuner import merge_tables
+    from .tables import merge_tables
     if device.type == "cuda":
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         ids = [v.strip() for v in visible.split(",")] if visible else [str(i) for i in range(n)]
@@ -260,7 +260,8 @@ def cmd_tune(args, parser) -> int:
     workers = _workers(args, device, parser)
     if workers > 1:
         return _spawn_workers(args, workers, device, output)
-    from .tuner import TableError, tune
+    from ..dispatch.table import TableError
+    from .tuner import tune
     on_event, close_log = _event_log(args.log)
     tuner = _tuner(args, device, parser, top=args.top, torch_path=not args.no_torch_path, on_event=on_event)
     progress = Progress(f"tune {args.suite[0]}", args.worker_tag)
@@ -282,7 +283,8 @@ def cmd_tune(args, parser) -> int:
 
 
 def _cmd_verify(args, parser) -> int:
-    from .tuner import TableError, verify
+    from ..dispatch.table import TableError
+    from .tuner import verify
     device = _device(args.device, parser)
     on_event, close_log = _event_log(args.log)
     tuner = _tuner(args, device, parser, top=args.top, torch_path=False, on_event=on_event)
@@ -313,7 +315,8 @@ def _cmd_verify(args, parser) -> int:
 
 
 def cmd_merge(args, parser) -> int:
-    from .tuner import TableError, merge_tables
+    from ..dispatch.table import TableError
+    from .tables import merge_tables
     try:
         rows = merge_tables(args.inputs, args.output)
     except TableError as e:
