@@ -1,10 +1,11 @@
-"""Command line: `mqa-logits-mxfp4 run | explain | isa` (also `python -m mqa_logits_mxfp4`).
+"""Command line: `mqa-logits-mxfp4 run | explain | isa | build` (also `python -m mqa_logits_mxfp4`).
 
 - run: a small DeepSeek-V4-shaped forward (a decode step and a prefill) on the best device
   present, checked against the float64 reference, with the decision and timings printed.
 - explain: the dispatcher's decision for given static bounds (or a model preset).
 - isa: AOT-compiles every Triton instance for its native targets (no GPU needed) and checks
   which MMA instructions appear, registers and spills.
+- build: builds the opus extension into its cache ahead of first use (or `--check`s the cache).
 
 On the CPU, Triton kernels run only through the interpreter, so `run` and `explain` set
 TRITON_INTERPRET=1 for a CPU device before the kernels are imported (they are imported lazily
@@ -462,12 +463,19 @@ def _cmd_isa(args, parser) -> int:
     return 1 if failed else 0
 
 
+# --- build ---------------------------------------------------------------------------------
+
+def _cmd_build(args, parser) -> int:
+    from .backends.opus import jit
+    return jit.main((["--check"] if args.check else []) + (["--verbose"] if args.verbose else []))
+
+
 # --- entry ---------------------------------------------------------------------------------
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mqa-logits-mxfp4",
                                 description="MXFP4 paged MQA indexer logits (DeepSeek-V4 / V4.1).")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,explain,isa,tune,bench}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,explain,isa,build,tune,bench}")
 
     run = sub.add_parser("run", help="a small DeepSeek-V4 forward (decode + prefill) checked "
                          "against the reference, with the decision and timings")
@@ -502,6 +510,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="only this mode (repeatable; default all)")
     isa.add_argument("--jobs", type=int, help="compile processes (default: CPU count)")
     isa.set_defaults(subparser=isa)
+
+    build = sub.add_parser("build", help="build the opus extension into its cache ahead of first use "
+                           "(CUDA or ROCm torch with nvcc / hipcc)")
+    build.add_argument("--check", action="store_true", help="only report whether it is built; never build")
+    build.add_argument("--verbose", action="store_true", help="show the compiler's commands")
+    build.set_defaults(subparser=build)
     from .tuning.commands import add_commands
     add_commands(sub)
     return p
@@ -513,5 +527,5 @@ def main(argv: list[str] | None = None) -> int:
     handler = getattr(args, "handler", None)
     if handler is not None:  # tune / bench (tuning/commands.py)
         return handler(args, args.subparser)
-    command = {"run": _cmd_run, "explain": _cmd_explain, "isa": _cmd_isa}[args.command]
+    command = {"run": _cmd_run, "explain": _cmd_explain, "isa": _cmd_isa, "build": _cmd_build}[args.command]
     return command(args, args.subparser)

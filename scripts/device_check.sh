@@ -5,13 +5,17 @@
 #   BENCH_ARGS="--suite deepseek_v4 --suite deepseek_v4_1 --quick --best"
 set -uo pipefail
 out=${OUT:-device-out}; mkdir -p "$out"
-export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache} PYTHONUNBUFFERED=1
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache} XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/xdg-cache}
+export PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET
 what=${1:-all}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/pip.log" 2>&1 || { cat "$out/pip.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 rc=0
+# the opus extension, built once before any worker needs it (its log has the ptxas lines)
+( time python3 -m mqa_logits_mxfp4 build --verbose ) >"$out/opus_build.log" 2>&1
+echo "opus build: rc=$? ($(tail -4 "$out/opus_build.log" | tr '\n' ' '))"
 if [[ $what == tests || $what == all ]]; then
   python3 -m pytest -m gpu -q -n "${WORKERS:-8}" -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$out/pytest_gpu.log" | tail -40
   rc=$((rc | ${PIPESTATUS[0]}))

@@ -353,6 +353,20 @@ def test_forbidden_build_is_a_reason_and_an_error(pretend_gpu):
         jit.load()
 
 
+def test_env_var_forbids_building(pretend_gpu):
+    pretend_gpu.setenv("MQA_LOGITS_MXFP4_OPUS_BUILD", "0")
+    mx.reload()
+    try:
+        reason = BACKEND.available()
+        assert reason.check == "build" and "MQA_LOGITS_MXFP4_OPUS_BUILD=0" in reason.message
+        with pytest.raises(jit.BuildForbidden, match="MQA_LOGITS_MXFP4_OPUS_BUILD=0"):
+            jit.load()
+    finally:
+        pretend_gpu.delenv("MQA_LOGITS_MXFP4_OPUS_BUILD")
+        mx.reload()
+    assert BACKEND.available() is None or BACKEND.available().check != "build"
+
+
 def test_unbuilt_module_under_capture_says_warm_up(pretend_gpu):
     pretend_gpu.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     with pytest.raises(mx.CaptureError, match="warm up before capture"):

@@ -23,9 +23,11 @@ class Settings:
     log: bool = False                # MQA_LOGITS_MXFP4_LOG: log each new decision once
     debug: bool = False              # MQA_LOGITS_MXFP4_DEBUG: host checks of the caller contract (syncs)
     selfcheck: bool = True           # MQA_LOGITS_MXFP4_SELFCHECK=0 skips first-use self-checks
+    opus_build: bool = True          # MQA_LOGITS_MXFP4_OPUS_BUILD=0 forbids building the opus extension
 
 
-_KNOWN = {f"{PREFIX}{n}" for n in ("BACKEND", "INSTANCE", "CONFIGS", "LOG", "DEBUG", "SELFCHECK")}
+_KNOWN = {f"{PREFIX}{n}" for n in ("BACKEND", "INSTANCE", "CONFIGS", "LOG", "DEBUG", "SELFCHECK",
+                                          "OPUS_BUILD")}
 
 
 def _flag(value: str | None, default: bool) -> bool:
@@ -50,4 +52,5 @@ def settings() -> Settings:
         log=_flag(env.get(f"{PREFIX}LOG"), False),
         debug=_flag(env.get(f"{PREFIX}DEBUG"), False),
         selfcheck=_flag(env.get(f"{PREFIX}SELFCHECK"), True),
+        opus_build=_flag(env.get(f"{PREFIX}OPUS_BUILD"), True),
     )

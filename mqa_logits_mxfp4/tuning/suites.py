@@ -229,6 +229,17 @@ def smoke() -> list[Shape]:
     ]
 
 
+def core() -> list[Shape]:
+    """The core issue's comparison table (docs/bench/issue2-h200-quick.csv): DeepSeek-V4 geometry,
+    uniform contexts, `ctx` counting keys (context tokens / ratio 4) rather than tokens."""
+    s = "core"
+    shapes = [_shape(f"decode mtp{mtp} bs{bs} ctx{_k(keys)}", s, "decode", V4, [(keys * 4, mtp)] * bs, 4,
+                     V4_LAYERS, True)
+              for mtp in (1, 4) for bs in (1, 16, 64) for keys in (8 * K, 32 * K)]
+    return shapes + [_shape("prefill 4096 rows x 16K keys (ratio 4)", s, "prefill", V4, [(64 * K, 4096)], 4,
+                            V4_LAYERS, True)]
+
+
 SUITES = {
     "deepseek_v4": Suite("deepseek_v4", "deepseek_v4",
                          "H64, page 64, CSA ratio 4: decode MTP 1/2/4 x batch 1-256 x context 8K-512K, "
@@ -236,6 +247,8 @@ SUITES = {
     "deepseek_v4_1": Suite("deepseek_v4_1", "deepseek_v4_1",
                            "H32: full layers (8-token pages x 32, ratio 2 and 1, MTP 1-8) and candidate "
                            "layers (gather, 2048 blocks of 8 a row, up to 16384 keys)", deepseek_v4_1),
+    "core": Suite("core", None, "the core issue's comparison shapes: V4 decode MTP 1/4 x batch 1/16/64 x "
+                  "8K/32K keys, prefill 4096 rows x 16K keys (ships no table)", core),
     "smoke": Suite("smoke", None, "two tiny shapes for the CPU interpreter (ships no table)", smoke),
 }
 

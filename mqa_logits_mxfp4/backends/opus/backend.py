@@ -35,8 +35,8 @@ class OpusBackend:
         if jit.is_loaded() or jit.cached_module_path(plat) is not None:
             return None
         if not jit.build_allowed():
-            return Reason("build", f"building the opus extension is forbidden here (jit.BUILD_ALLOWED is "
-                                   f"False) and none is cached under {jit.cache_root()}")
+            return Reason("build", f"building the opus extension is forbidden here "
+                                   f"(MQA_LOGITS_MXFP4_OPUS_BUILD=0 or jit.BUILD_ALLOWED False) and none is cached under {jit.cache_root()}")
         from torch.utils import cpp_extension
         if not cpp_extension.is_ninja_available():
             return Reason("install", "the opus extension builds with ninja, which is not installed "

@@ -8,7 +8,7 @@ folder under a file lock, after a second look for a module another process finis
 and lands by an atomic rename.
 
 Building can be forbidden (CI, a serving fleet that must not compile): set
-`jit.BUILD_ALLOWED = False` (the `python -m mqa_logits_mxfp4.backends.opus.jit` prebuild entry
+`MQA_LOGITS_MXFP4_OPUS_BUILD=0` in the environment or `jit.BUILD_ALLOWED = False` (`mqa-logits-mxfp4 build`, or this module's own prebuild entry
 point is the way to fill the cache). Then only an already cached module loads, and the backend's
 `available()` says why it cannot run. Under CUDA-graph capture nothing is built: an unbuilt
 module raises CaptureError ("warm up before capture").
@@ -67,9 +67,9 @@ def target(plat: str | None = None) -> str | None:
 
 
 def build_allowed() -> bool:
-    """BUILD_ALLOWED, and MQA_LOGITS_MXFP4_OPUS_BUILD once dispatch/env.py knows that name."""
+    """BUILD_ALLOWED and MQA_LOGITS_MXFP4_OPUS_BUILD (unset or 1: allowed; 0: forbidden)."""
     from ...dispatch import env
-    return BUILD_ALLOWED and getattr(env.settings(), "opus_build", True)
+    return BUILD_ALLOWED and env.settings().opus_build
 
 
 def flags(plat: str) -> dict[str, list[str]]:
@@ -211,10 +211,10 @@ def load(verbose: bool = False):
             if capturing:
                 raise CaptureError("the opus extension is not built yet and cannot be built during "
                                    "CUDA-graph capture: warm up before capture (build a config and "
-                                   "call the op once, or run `python -m mqa_logits_mxfp4.backends.opus.jit`)")
+                                   "call the op once, or run `mqa-logits-mxfp4 build`)")
             if not build_allowed():
-                raise BuildForbidden(f"building the opus extension is forbidden here (jit.BUILD_ALLOWED "
-                                     f"is False) and {final} holds no built module for {target(plat)}")
+                raise BuildForbidden(f"building the opus extension is forbidden here "
+                                     f"(MQA_LOGITS_MXFP4_OPUS_BUILD=0 or jit.BUILD_ALLOWED False) and {final} holds no built module for {target(plat)}")
             with _file_lock(cache_root() / f"{key}.lock"):
                 path = cached_module_path(plat)  # a second look: another process may have built it
                 if path is None:
