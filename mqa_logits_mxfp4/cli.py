@@ -281,7 +281,7 @@ _ISA_HEADS = 64
 _SIGNATURE = {"q_ptr": "*u8", "qs_ptr": "*u8", "kv_ptr": "*u8", "ks_ptr": "*u8", "w_ptr": "*fp32",
               "bt_ptr": "*i32", "qsl_ptr": "*i32", "re_ptr": "*i32", "out_ptr": "*fp32",
               "oo_ptr": "*i32", "sched_ptr": "*i32", "num_seqs": "i32", "stride_w": "i32",
-              "stride_bt": "i32", "stride_out": "i32"}
+              "stride_bt": "i32", "stride_out": "i32", "parts": "i32"}
 # The JIT marks 16-aligned pointers and ints divisible by 16 (which changes register use). The
 # strides are in the usual case: heads (64), the table width and max_seq_len multiples of 16.
 _DIVISIBLE = [name for name, ty in _SIGNATURE.items() if ty.startswith("*")] + [
@@ -360,7 +360,7 @@ def compile_isa(job: dict) -> dict:
     # the constexprs backend.launch() passes, at a production tile
     consts = dict(HEADS=job["heads"], LOG2_H=job["heads"].bit_length() - 1, D=128, PAGE=64, PPB=1,
                   GATHER=False, R=job["rows"], BLOCK_N=job["block_n"], MMA=job["mma_kind"],
-                  MODE=_MODE_CODE[job["mode"]], PARTS=1, SEQ_P2=job["seq_p2"], FLAT_OUT=False,
+                  MODE=_MODE_CODE[job["mode"]], SEQ_P2=job["seq_p2"], FLAT_OUT=False,
                   INTERP=False)
     signature = dict(_SIGNATURE, **{name: "constexpr" for name in consts})
     attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in _DIVISIBLE}

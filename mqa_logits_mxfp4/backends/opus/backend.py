@@ -13,13 +13,15 @@ import dataclasses
 import torch
 
 from ...dispatch.errors import InputError
-from ..base import Instance, Reason, attribute_rules, grid_sizes, ok_if, rank_by_rows
+from ..base import DECODE_MAX_QLEN, Instance, Reason, attribute_rules, grid_sizes, ok_if, rank_by_rows
 from . import jit
 from .instances import INSTANCES, ctas_for_heads, from_registry, registry_id
 
 ARCHES = ("sm_90", "gfx950")          # the targets csrc/ has bodies for
 _MODE = {"table": 0, "free": 1, "prefill": 2}
-_FAMILY_ORDER = {"sm_90": ("f16", "fp8"), "gfx950": ("mxf4",)}   # fp8 on sm_90: kept for measurement
+# Per-arch family order of the default rule. sm_90 (H200, docs/opus-backend.md): the FP8 body was
+# faster on every decode shape measured, the FP16 body (multi-row tiles) on prefill.
+_FAMILY_ORDER = {"sm_90": (("fp8", "f16"), ("f16", "fp8")), "gfx950": (("mxf4",), ("mxf4",))}
 
 
 class OpusBackend:
@@ -61,10 +63,12 @@ class OpusBackend:
         return ok_if(attribute_rules(inst, key))
 
     def ranked_picks(self, key) -> list[tuple[Instance, str]]:
-        """Per-arch default rule: the arch's families in order, each ranked by rank_by_rows."""
+        """Per-arch default rule: the arch's families in order (decode, prefill), each ranked by
+        rank_by_rows."""
         fits = [i for i in self.instances() if not self.instance_supports(i, key)]
-        return [pick for fam in _FAMILY_ORDER.get(key.arch, ())
-                for pick in rank_by_rows([i for i in fits if i.family == fam], key)]
+        decode, prefill = _FAMILY_ORDER.get(key.arch, ((), ()))
+        order = decode if key.max_qlen <= DECODE_MAX_QLEN else prefill
+        return [pick for fam in order for pick in rank_by_rows([i for i in fits if i.family == fam], key)]
 
     def grid_sizes(self, inst: Instance, key) -> tuple[int, tuple[int, int]]:
         return grid_sizes(dataclasses.replace(inst, ctas_per_sm=ctas_for_heads(inst.ctas_per_sm, key.heads)), key)

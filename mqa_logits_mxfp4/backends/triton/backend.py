@@ -86,10 +86,10 @@ class TritonBackend:
             q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
             out, out_offsets if flat else row_ends, records if records is not None else row_ends,
             query_start_loc.shape[0] - 1, weights.stride(0), block_tables.stride(0),
-            0 if flat else out.stride(0),
+            0 if flat else out.stride(0), cfg.prefill_grid[1],
             HEADS=cfg.heads, LOG2_H=cfg.heads.bit_length() - 1, D=cfg.head_dim,
             PAGE=cfg.page_size, PPB=cfg.pages_per_block, GATHER=cfg.gather, R=inst.rows,
-            BLOCK_N=inst.block_n, MMA=_MMA[inst.family], MODE=_MODE[mode], PARTS=cfg.prefill_grid[1],
+            BLOCK_N=inst.block_n, MMA=_MMA[inst.family], MODE=_MODE[mode],
             SEQ_P2=triton.next_power_of_2(cfg.max_seqs) if mode == "free" else 1,  # Free only
             FLAT_OUT=flat, INTERP=interpreting(),
             num_warps=inst.warps, num_stages=inst.stages, enable_fp_fusion=False)

@@ -201,17 +201,17 @@ def build_schedule_kernel(qsl_ptr, re_ptr, sched_ptr, num_seqs,
     tl.store(rec + 3, base)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_seqs", "parts"])  # shape-dependent: one compile serves every shape
 def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_ptr,
                       out_ptr, oo_ptr, sched_ptr,
-                      num_seqs, stride_w, stride_bt, stride_out,
+                      num_seqs, stride_w, stride_bt, stride_out, parts,
                       HEADS: tl.constexpr, LOG2_H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, PPB: tl.constexpr,
                       GATHER: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr,
-                      MMA: tl.constexpr, MODE: tl.constexpr, PARTS: tl.constexpr,
+                      MMA: tl.constexpr, MODE: tl.constexpr,
                       SEQ_P2: tl.constexpr, FLAT_OUT: tl.constexpr, INTERP: tl.constexpr):
     pid = tl.program_id(0)
     if MODE == MODE_PREFILL:
-        # program (g, p): global rows [g*R, g*R + R), split per sequence, key tiles cut in PARTS
+        # program (g, p): global rows [g*R, g*R + R), split per sequence, key tiles cut in `parts`
         part = tl.program_id(1)
         live = tl.load(qsl_ptr + num_seqs)
         row0 = pid * R
@@ -231,8 +231,8 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
             r1 = tl.minimum(chunk_end, qb)
             end = tl.load(re_ptr + r1 - 1, mask=r1 > r0, other=0)
             ntiles = tl.cdiv(end, BLOCK_N)
-            t0 = (part * ntiles) // PARTS
-            t1 = ((part + 1) * ntiles) // PARTS
+            t0 = (part * ntiles) // parts
+            t1 = ((part + 1) * ntiles) // parts
             _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, oo_ptr,
                          stride_w, stride_bt, stride_out, b, r0, r1, t0, t1,
                          HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FLAT_OUT, INTERP)
