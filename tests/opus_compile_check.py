@@ -1,12 +1,13 @@
 """Compile the opus kernel translation unit on a machine without a GPU and read its ISA facts.
 
-    python tests/opus_compile_check.py [sm90] [gfx950] [bindings] [--json FILE]
+    python tests/opus_compile_check.py [sm90] [gfx942] [gfx950] [bindings] [--json FILE]
 
 - sm90: nvcc (CUDA_HOME or PATH) for sm_90 with `-Xptxas -v`: registers, spills, stack frame
   of every kernel; SASS through cuobjdump (the triton wheel ships one) for the MMA it runs.
-- gfx950: Debian's clang-22 with the HIP 7 headers and ocml/ockl bitcode of the triton wheel plus
-  generated oclc_* control bitcode (shared/notes/HIP.md), device code to ISA: VGPRs, AGPRs,
-  SGPRs, spills, scratch, LDS and the scaled-MFMA count of every kernel.
+- gfx942, gfx950: Debian's clang-22 with the HIP 7 headers and ocml/ockl bitcode of the triton
+  wheel plus generated oclc_* control bitcode (shared/notes/HIP.md), device code to ISA with
+  -DOPUS_GFX=942 / 950 (the body jit.py builds for that device): VGPRs, AGPRs, SGPRs, spills,
+  scratch, LDS and the count of every MFMA mnemonic in every kernel.
 - bindings: g++ syntax check of bindings.cpp against the installed torch headers, and the
   torch-free launch.cpp.
 
@@ -114,7 +115,9 @@ def rocm_tree(clang: str, where: Path) -> Path:
 
 
 _SM90_ARGS = re.compile(r"mqa_logits_sm90ILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
-_GFX_ARGS = re.compile(r"mqa_logits_gfx950ILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
+_GFX_ARGS = re.compile(r"mqa_logits_gfx9\d\dILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
+# The MFMA each gfx body is written for (tests/test_opus_build.py asserts its count).
+GFX_MFMA = {"gfx942": "v_mfma_f32_16x16x16_f16", "gfx950": "v_mfma_scale_f32_32x32x64_f8f6f4"}
 FAMILY_CODE = {0: "f16", 1: "fp8"}
 
 
@@ -155,19 +158,20 @@ def compile_sm90(work: Path) -> dict:
     return rec
 
 
-def compile_gfx950(work: Path) -> dict:
+def compile_gfx(arch: str, work: Path) -> dict:
+    """clang-22 device code of kernels.cu for `arch` (gfx942 / gfx950) to ISA, and its facts."""
     clang = find_clang()
     if clang is None:
-        return {"skipped": "no clang >= 20 with gfx950 (apt-get install clang-22 lld-22 clang-tools-22)"}
+        return {"skipped": f"no clang >= 20 with {arch} (apt-get install clang-22 lld-22 clang-tools-22)"}
     try:
-        rocm = rocm_tree(clang, work)
+        rocm = rocm_tree(clang, work / arch)
     except (RuntimeError, subprocess.CalledProcessError, OSError) as e:
         return {"skipped": f"no HIP headers / device bitcode: {e}"}
-    isa = work / "kernels_gfx950.s"
+    isa = work / f"kernels_{arch}.s"
     start = time.perf_counter()
-    p = subprocess.run([clang, *HIP_FLAGS, f"--rocm-path={rocm}", "-isystem", str(rocm / "include"),
-                        f"--rocm-device-lib-path={rocm / 'bitcode'}", "--offload-arch=gfx950", str(KERNELS),
-                        "-o", str(isa)], capture_output=True, text=True)
+    p = subprocess.run([clang, *HIP_FLAGS, f"-DOPUS_GFX={arch[3:]}", f"--rocm-path={rocm}", "-isystem",
+                        str(rocm / "include"), f"--rocm-device-lib-path={rocm / 'bitcode'}", f"--offload-arch={arch}",
+                        str(KERNELS), "-o", str(isa)], capture_output=True, text=True)
     rec = {"seconds": round(time.perf_counter() - start, 1), "returncode": p.returncode, "stderr": p.stderr[-6000:],
            "clang": subprocess.run([clang, "--version"], capture_output=True, text=True).stdout.splitlines()[0]}
     if p.returncode:
@@ -177,7 +181,7 @@ def compile_gfx950(work: Path) -> dict:
     kernels = {}
     for block in re.split(r"\n  - \.", text.split("amdhsa.kernels:")[1])[0:]:
         m = re.search(r"\.name:\s+(_Z\S+)", block)
-        if not m or "mqa_logits_gfx950" not in m.group(1):
+        if not m or f"mqa_logits_{arch}" not in m.group(1):
             continue
         name = m.group(1)
 
@@ -194,7 +198,9 @@ def compile_gfx950(work: Path) -> dict:
             kernels[name]["agpr"] = int(agpr)
     for name, body in re.findall(r"\n(_Z\w+):\s*(?:;[^\n]*)?\n(.*?)\n\s*s_endpgm", text, re.S):
         if name in kernels:
-            kernels[name]["mfma_scale"] = len(re.findall(r"v_mfma_scale_f32_32x32x64_f8f6f4", body))
+            ops = re.findall(r"^\s+(v_mfma\w*)", body, re.M)
+            kernels[name]["mfma_ops"] = {op: ops.count(op) for op in sorted(set(ops))}
+            kernels[name]["mfma"] = ops.count(GFX_MFMA[arch])
             kernels[name]["calls"] = len(re.findall(r"s_swappc|s_setpc", body))
     rec["kernels"] = kernels
     return rec
@@ -216,7 +222,8 @@ def compile_bindings(work: Path) -> dict:
             "launch": {"returncode": launch.returncode, "stderr": launch.stderr[-6000:]}}
 
 
-def table(sm90: dict, gfx950: dict) -> str:
+def table(sm90: dict, gfx: dict) -> str:
+    """Markdown tables of the records (`gfx`: {arch: record}), as docs/opus-backend.md quotes them."""
     lines = []
     if "kernels" in sm90:
         lines += ["| sm_90 kernel (family r H w ctas) | registers | spills / stack | MMA (static count) |", "|---|---|---|---|"]
@@ -224,18 +231,21 @@ def table(sm90: dict, gfx950: dict) -> str:
             mma = ", ".join(k.get("mma", [])) + f" x{k.get('hmma', 0)}" + (f", F2FP x{k['f2fp']}" if k.get("f2fp") else "")
             lines.append(f"| {k['family']} r{k['rows']} H{k['heads']} w{k['warps']} c{k['ctas']} | {k['registers']} | "
                          f"{k['spill_stores']} B / {k['stack']} B | {mma} |")
-    if "kernels" in gfx950:
-        lines += ["", "| gfx950 kernel (r H waves) | VGPR / AGPR / SGPR | VGPR spill / SGPR spill / scratch | LDS | scaled MFMA |",
-                  "|---|---|---|---|---|"]
-        for k in sorted(gfx950["kernels"].values(), key=lambda k: (k["rows"], k["heads"])):
+    for arch, rec in gfx.items():
+        if "kernels" not in rec:
+            continue
+        lines += ["", f"| {arch} kernel (r H waves) | VGPR / AGPR / SGPR | VGPR spill / SGPR spill / scratch | LDS (B) | "
+                      f"{GFX_MFMA[arch]} |", "|---|---|---|---|---|"]
+        for k in sorted(rec["kernels"].values(), key=lambda k: (k["rows"], k["heads"])):
             lines.append(f"| r{k['rows']} H{k['heads']} w{k['waves']} | {k['vgpr']} / {k['agpr']} / {k['sgpr']} | "
-                         f"{k['vgpr_spill']} / {k['sgpr_spill']} / {k['scratch']} | {k['lds']} | {k.get('mfma_scale')} |")
+                         f"{k['vgpr_spill']} / {k['sgpr_spill']} / {k['scratch']} | {k['lds']} | {k.get('mfma')} |")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", nargs="*", default=["sm90", "gfx950", "bindings"], choices=["sm90", "gfx950", "bindings"])
+    p.add_argument("what", nargs="*", default=["sm90", "gfx942", "gfx950", "bindings"],
+                   choices=["sm90", *GFX_MFMA, "bindings"])
     p.add_argument("--json", help="write the records here")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="opus-compile-") as tmp:
@@ -243,11 +253,12 @@ def main(argv=None) -> int:
         recs = {}
         if "sm90" in args.what:
             recs["sm90"] = compile_sm90(work)
-        if "gfx950" in args.what:
-            recs["gfx950"] = compile_gfx950(work)
+        for arch in GFX_MFMA:
+            if arch in args.what:
+                recs[arch] = compile_gfx(arch, work)
         if "bindings" in args.what:
             recs["bindings"] = compile_bindings(work)
-    print(table(recs.get("sm90", {}), recs.get("gfx950", {})))
+    print(table(recs.get("sm90", {}), {a: recs[a] for a in GFX_MFMA if a in recs}))
     for what, rec in recs.items():
         print(f"{what}: " + ", ".join(f"{k}={v}" for k, v in rec.items() if k in ("seconds", "returncode", "skipped", "nvcc", "clang", "target")))
     if args.json:

@@ -69,7 +69,7 @@ def test_env_backend_auto(monkeypatch):
 
 # Why opus cannot serve these CPU configs: unavailable here (CPU-only torch), or, where it is
 # available (a GPU machine), its arch rule.
-OPUS_WHY = str(registry.get("opus").available() or "arch: the opus kernels are written for sm_90, gfx950; got cpu")
+OPUS_WHY = str(registry.get("opus").available() or "arch: the opus kernels are written for sm_90, gfx942, gfx950; got cpu")
 
 
 @pytest.mark.parametrize("name, reason", [

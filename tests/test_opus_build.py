@@ -1,10 +1,10 @@
 """The opus backend on a machine without a GPU: why it cannot run here, its rules, its C++
 registry, its exact operand encodings, its work split, its launcher checks, its JIT cache, and
-the ISA of every kernel for sm_90 (nvcc) and gfx950 (clang-22).
+the ISA of every kernel for sm_90 (nvcc), gfx942 and gfx950 (clang-22).
 
 Nothing here executes a kernel: the H200 session runs the conformance suite (pytest -m gpu).
 The g++ host program (tests/opus_host_check.cpp) runs the host-and-device headers on the CPU;
-tests/opus_compile_check.py compiles the kernel translation unit (torch-free) for both targets.
+tests/opus_compile_check.py compiles the kernel translation unit (torch-free) for every target.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_available_names_what_is_missing_here():
     assert reason is not None, "this test expects a machine that cannot run the opus kernels"
     if jit.platform() is None:
         assert reason.check == "torch"
-        assert f"need a CUDA (sm_90) or ROCm (gfx950) build of torch; got torch {torch.__version__} (CPU-only)" \
+        assert f"need a CUDA (sm_90) or ROCm (gfx942, gfx950) build of torch; got torch {torch.__version__} (CPU-only)" \
             in reason.message
     else:
         assert reason.check in ("device", "build", "install", "compiler")
@@ -90,21 +90,25 @@ def test_explain_lists_opus_with_its_reason(isolated):
 def test_instances_are_registered_and_validated_only_where_they_ran():
     assert registry.get("opus") is BACKEND
     names = [i.name for i in BACKEND.instances()]
-    assert len(set(names)) == len(names) and {"sm90_f16_r1w4", "gfx950_mxf4_r1w2"} <= set(names)
+    assert len(set(names)) == len(names) and {"sm90_f16_r1w4", "gfx950_mxf4_r1w2", "gfx942_f16_r1w4"} <= set(names)
     for inst in BACKEND.instances():
-        # sm_90 passed the conformance suite on an H200; nothing AMD has ever run
+        # sm_90 passed the conformance suite on an H200; nothing AMD has ever run (gfx942 shares
+        # the family name f16 with sm_90, and is still not validated anywhere)
         assert inst.validated_on == (("sm_90",) if inst.arches == ("sm_90",) else ())
-        assert not inst.validated("gfx950")
+        assert not inst.validated("gfx950") and not inst.validated("gfx942")
         assert inst.modes == ("table", "free", "prefill") and inst.block_n == 64
-        assert re.fullmatch(r"(sm90|gfx950)_(f16|fp8|mxf4)_r\d+w\d+", inst.name)
+        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|mxf4)_r\d+w\d+", inst.name)
         assert inst.name == f"{inst.arches[0].replace('_', '')}_{inst.family}_r{inst.rows}w{inst.warps}"
         assert all(inst.rows * h <= 256 for h in inst.heads)
+        if inst.arches == ("gfx942",):   # 256 B of FP16 query operand a (row, head) in 64 KB of LDS
+            assert all(inst.rows * h <= 128 for h in inst.heads) and inst.warps == 4
         assert registry.find_instance(inst.name) == (BACKEND, inst)
+    assert opus_instances.VALIDATED_ON["f16"] == ("sm_90",)
 
 
 @pytest.mark.parametrize("over, reason", [
-    (dict(arch="cpu"), "arch: the opus kernels are written for sm_90, gfx950; got cpu"),
-    (dict(arch="gfx942"), "arch: the opus kernels are written for sm_90, gfx950; got gfx942"),
+    (dict(arch="cpu"), "arch: the opus kernels are written for sm_90, gfx942, gfx950; got cpu"),
+    (dict(arch="gfx90a"), "arch: the opus kernels are written for sm_90, gfx942, gfx950; got gfx90a"),
     (dict(head_dim=256), "head_dim: the opus kernels need head_dim 128; got 256"),
 ])
 def test_backend_rules(over, reason):
@@ -117,6 +121,8 @@ def test_backend_rules(over, reason):
     ("sm90_f16_r2w4", dict(gather=True),
      "gather: gather mode needs a one-row instance (each row has its own table); sm90_f16_r2w4 has 2"),
     ("gfx950_mxf4_r1w2", dict(), "arch: gfx950_mxf4_r1w2 runs on gfx950; got sm_90"),
+    ("gfx942_f16_r1w4", dict(), "arch: gfx942_f16_r1w4 runs on gfx942; got sm_90"),
+    ("gfx942_f16_r2w4", dict(arch="gfx942", heads=128), "heads: gfx942_f16_r2w4 needs heads in (16, 32, 64); got 128"),
 ])
 def test_instance_rules(name, over, reason):
     inst = next(i for i in INSTANCES if i.name == name)
@@ -132,6 +138,10 @@ def test_default_rule_per_arch():
     gather = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, gather=True))
     assert {i.rows for i, _ in gather} == {1}
     assert BACKEND.ranked_picks(sm90_key(arch="gfx950"))[0][0].name == "gfx950_mxf4_r2w2"
+    gfx942 = BACKEND.ranked_picks(sm90_key(arch="gfx942"))
+    assert [i.name for i, _ in gfx942] == ["gfx942_f16_r2w4", "gfx942_f16_r1w4"]   # 64 heads: r4 holds <= 32
+    assert BACKEND.ranked_picks(sm90_key(arch="gfx942", heads=32, max_qlen=4096, max_rows=4096))[0] == \
+        (next(i for i in INSTANCES if i.name == "gfx942_f16_r4w4"), "prefill")
     assert BACKEND.ranked_picks(sm90_key(arch="sm_80")) == []
 
 
@@ -334,6 +344,40 @@ def test_cache_key_hashes_sources_and_flags(monkeypatch, tmp_path):
     jit.cache_key.cache_clear()
 
 
+@pytest.mark.parametrize("gcn, want", [("gfx942:sramecc+:xnack-", "gfx942"), ("gfx950", "gfx950"),
+                                        ("gfx90a:sramecc+:xnack-", None)])
+def test_hip_build_targets_the_visible_device(monkeypatch, gcn, want):
+    """ROCm: the build's target is GPU 0's arch (features stripped) when csrc/ has a body for it;
+    -DOPUS_GFX picks that body (kernels.cu) and the cache key is per arch."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(gcnArchName=gcn))
+    jit.cache_key.cache_clear()
+    try:
+        assert jit.target("hip") == want and jit.target("cuda") == "sm_90"
+        cuda_flags = jit.flags("hip")["extra_cuda_cflags"]
+        if want:
+            assert f"--offload-arch={want}" in cuda_flags and f"-DOPUS_GFX={want[3:]}" in cuda_flags
+        else:
+            assert not [f for f in cuda_flags if "gfx" in f or "OPUS_GFX" in f]
+            monkeypatch.setattr(jit, "platform", lambda: "hip")
+            monkeypatch.setattr(jit, "_loaded", None)
+            assert BACKEND.available() == mx_reason("device", "the opus HIP kernels build for gfx942, gfx950; "
+                                                              "the visible GPU is gfx90a")
+            with pytest.raises(jit.BuildError, match="the visible GPU is gfx90a"):
+                jit.load()
+        key = jit.cache_key("hip")
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(gcnArchName="gfx950"))
+        jit.cache_key.cache_clear()
+        assert (jit.cache_key("hip") == key) == (want == "gfx950")
+    finally:
+        jit.cache_key.cache_clear()
+
+
+def mx_reason(check, message):
+    from mqa_logits_mxfp4.backends.base import Reason
+    return Reason(check, message)
+
+
 @pytest.fixture
 def pretend_gpu(monkeypatch, tmp_path):
     """A CUDA torch with a visible GPU and an empty cache, as far as the opus backend can tell."""
@@ -400,18 +444,19 @@ def test_build_lands_in_the_cache_by_rename_and_is_found_again(pretend_gpu):
 
 
 # ---------------------------------------------------------------------------------------------
-# compile checks: sm_90 (nvcc), gfx950 (clang-22), the bindings (g++ against torch headers)
+# compile checks: sm_90 (nvcc), gfx942 and gfx950 (clang-22), the bindings (g++ against torch headers)
 
 
 @functools.cache
 def compiled() -> dict:
-    """The three compiles, two at a time (CI has two cores)."""
+    """The four compiles, two at a time (CI has two cores): nvcc on one, the rest on the other."""
     work = Path(tempfile.mkdtemp(prefix="opus-compile-"))
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         sm90 = pool.submit(cc.compile_sm90, work)
-        amd = pool.submit(lambda: (cc.compile_gfx950(work), cc.compile_bindings(work)))
-        gfx950, bindings = amd.result()
-        return {"sm90": sm90.result(), "gfx950": gfx950, "bindings": bindings}
+        amd = pool.submit(lambda: (cc.compile_gfx("gfx942", work), cc.compile_gfx("gfx950", work),
+                                   cc.compile_bindings(work)))
+        gfx942, gfx950, bindings = amd.result()
+        return {"sm90": sm90.result(), "gfx942": gfx942, "gfx950": gfx950, "bindings": bindings}
 
 
 def expected_kernels(arch: str) -> set[tuple]:
@@ -452,10 +497,31 @@ def test_gfx950_kernels_compile_to_the_scaled_mfma():
     for k in kernels:
         what = f"r{k['rows']} H{k['heads']}"
         # one scaled MFMA per (scale block, 32-column M-tile) of a row: docs/numerics.md step 3 stays ours
-        assert k["mfma_scale"] == 4 * -(-k["heads"] // 32), what
-        assert (k["vgpr_spill"], k["scratch"], k["calls"]) == (0, 0, 0), what
-        assert k["sgpr_spill"] <= 8, f"{what}: SGPR spills (to VGPR lanes) grew to {k['sgpr_spill']}"
-        assert k["vgpr"] <= 256 and k["lds"] <= 64 * 1024, what
+        assert k["mfma_ops"] == {"v_mfma_scale_f32_32x32x64_f8f6f4": 4 * -(-k["heads"] // 32)}, what
+        assert_clean_gfx9(k, what)
+
+
+def assert_clean_gfx9(k: dict, what: str) -> None:
+    assert (k["vgpr_spill"], k["scratch"], k["calls"]) == (0, 0, 0), what
+    assert k["sgpr_spill"] <= 8, f"{what}: SGPR spills (to VGPR lanes) grew to {k['sgpr_spill']}"
+    assert k["vgpr"] <= 256 and k["lds"] <= 64 * 1024, what
+
+
+def test_gfx942_kernels_compile_to_the_f16_mfma():
+    rec = compiled()["gfx942"]
+    if "skipped" in rec:
+        pytest.skip(rec["skipped"])
+    assert rec["returncode"] == 0 and "error" not in rec["stderr"].lower(), rec["stderr"]
+    assert rec["target"].endswith("gfx942")
+    kernels = rec["kernels"].values()
+    assert {("f16", k["rows"], k["heads"], k["waves"], k["ctas"]) for k in kernels} == expected_kernels("gfx942")
+    for k in kernels:
+        what = f"r{k['rows']} H{k['heads']}"
+        # two FP16 MFMAs per (scale block, 16-column M-tile) of a row, and no other MFMA (no FP8)
+        assert k["mfma_ops"] == {"v_mfma_f32_16x16x16_f16": 2 * 4 * k["heads"] // 16}, what
+        assert_clean_gfx9(k, what)
+        # the group's FP16 query operands (256 B a row and head), scales and weights; 64 KB a CU
+        assert 256 * k["rows"] * k["heads"] < k["lds"] <= 276 * k["rows"] * k["heads"] + 128, what
 
 
 def test_bindings_compile_against_the_installed_torch():

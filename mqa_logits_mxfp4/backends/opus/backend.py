@@ -1,9 +1,9 @@
 """Host side of the opus backend: availability, support rules, the per-arch pick, launches.
 
 The kernels are native C++ (csrc/) built on first use (jit.py). Instances come from the C++
-registry once the extension is loaded, before that from its Python mirror (instances.py). No
-instance has run on a GPU yet (`validated_on=()`): the dispatcher self-checks each one against
-the reference on first use, on sm_90 and gfx950 alike.
+registry once the extension is loaded, before that from its Python mirror (instances.py). The
+sm_90 instances ran the conformance suite on an H200; no AMD instance (gfx942, gfx950) has run
+(`validated_on=()`), so the dispatcher self-checks each against the reference on first use.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from ..base import DECODE_MAX_QLEN, Instance, Reason, attribute_rules, grid_size
 from . import jit
 from .instances import INSTANCES, ctas_for_heads, from_registry, registry_id
 
-ARCHES = ("sm_90", "gfx950")          # the targets csrc/ has bodies for
+ARCHES = ("sm_90", "gfx942", "gfx950")          # the targets csrc/ has bodies for
 _MODE = {"table": 0, "free": 1, "prefill": 2}
 # Per-arch family order of the default rule. sm_90 (H200, docs/opus-backend.md): the FP8 body was
 # faster on every decode shape measured, the FP16 body (multi-row tiles) on prefill.
-_FAMILY_ORDER = {"sm_90": (("fp8", "f16"), ("f16", "fp8")), "gfx950": (("mxf4",), ("mxf4",))}
+# gfx942 and gfx950 have one family each (never measured).
+_FAMILY_ORDER = {"sm_90": (("fp8", "f16"), ("f16", "fp8")), "gfx942": (("f16",), ("f16",)),
+                 "gfx950": (("mxf4",), ("mxf4",))}
 
 
 class OpusBackend:
@@ -30,10 +32,13 @@ class OpusBackend:
     def available(self) -> Reason | None:
         plat = jit.platform()
         if plat is None:
-            return Reason("torch", f"the opus kernels need a CUDA (sm_90) or ROCm (gfx950) build of torch; "
+            return Reason("torch", f"the opus kernels need a CUDA (sm_90) or ROCm (gfx942, gfx950) build of torch; "
                                    f"got torch {torch.__version__} (CPU-only)")
         if not torch.cuda.is_available():
             return Reason("device", f"no GPU is visible to torch {torch.__version__}")
+        if jit.target(plat) is None:
+            return Reason("device", f"the opus HIP kernels build for {', '.join(jit.HIP_TARGETS)}; "
+                                    f"the visible GPU is {jit.hip_arch()}")
         if jit.is_loaded() or jit.cached_module_path(plat) is not None:
             return None
         if not jit.build_allowed():

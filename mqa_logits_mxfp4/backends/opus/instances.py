@@ -13,8 +13,10 @@ BACKEND = "opus"
 PAGE_SIZES = (8, 16, 32, 64, 128)
 HEAD_DIMS = (128,)
 # Arches where this project has executed the family against the reference: the sm_90 families
-# passed the whole conformance suite on an H200 (2026-11-30); mxf4 (gfx950) has never run, so its
-# instances self-check on first use.
+# passed the whole conformance suite on an H200 (2026-11-30); mxf4 (gfx950) and the gfx942 f16
+# body have never run, so their instances self-check on first use. A family name may serve
+# several arches (f16: sm_90 and gfx942), so an instance counts as validated only on its own arch
+# (validated_on()).
 VALIDATED_ON: dict[str, tuple[str, ...]] = {"f16": ("sm_90",), "fp8": ("sm_90",), "mxf4": ()}
 
 # (id, name, arch, family, rows, warps, keys a tile, stages, CTAs an SM, heads): registry.h's rows.
@@ -29,6 +31,9 @@ REGISTRY = (
     (7, "gfx950_mxf4_r2w2", "gfx950", "mxf4", 2, 2, 64, 2, 2, (16, 32, 64, 128)),
     (8, "gfx950_mxf4_r4w2", "gfx950", "mxf4", 4, 2, 64, 2, 2, (16, 32, 64)),
     (9, "gfx950_mxf4_r8w2", "gfx950", "mxf4", 8, 2, 64, 2, 2, (16, 32)),
+    (10, "gfx942_f16_r1w4", "gfx942", "f16", 1, 4, 64, 2, 2, (16, 32, 64, 128)),
+    (11, "gfx942_f16_r2w4", "gfx942", "f16", 2, 4, 64, 2, 2, (16, 32, 64)),
+    (12, "gfx942_f16_r4w4", "gfx942", "f16", 4, 4, 64, 2, 2, (16, 32)),
 )
 
 
@@ -37,11 +42,17 @@ def ctas_for_heads(ctas: int, heads: int) -> int:
     return 3 if heads >= 128 and ctas > 3 else ctas
 
 
+def validated_on(arch: str, family: str) -> tuple[str, ...]:
+    """Arches where the (arch, family) body ran against the reference: VALIDATED_ON[family] holds
+    arch tokens, and only this instance's own arch can be among them."""
+    return (arch,) if arch in VALIDATED_ON.get(family, ()) else ()
+
+
 def make_instance(id_: int, name: str, arch: str, family: str, rows: int, warps: int, block_n: int,
                   stages: int, ctas: int, heads: tuple[int, ...]) -> Instance:
     return Instance(name=name, backend=BACKEND, family=family, rows=rows, block_n=block_n, warps=warps,
                     stages=stages, heads=tuple(heads), page_sizes=PAGE_SIZES, arches=(arch,),
-                    validated_on=VALIDATED_ON[family], modes=MODES, head_dims=HEAD_DIMS,
+                    validated_on=validated_on(arch, family), modes=MODES, head_dims=HEAD_DIMS,
                     ctas_per_sm=ctas, extra=(("id", id_),))
 
 

@@ -36,7 +36,8 @@ from ...dispatch.errors import CaptureError
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("bindings.cpp", "launch.cpp", "kernels.cu")   # compiled; the headers are hashed too
-TARGETS = {"cuda": "sm_90", "hip": "gfx950"}
+CUDA_TARGET = "sm_90"
+HIP_TARGETS = ("gfx942", "gfx950")   # csrc/ has a body for each; a HIP build targets the visible one
 # Module attribute, documented in docs/opus-backend.md: False forbids building (loading a cached
 # module is still allowed).
 BUILD_ALLOWED = True
@@ -62,8 +63,24 @@ def platform() -> str | None:
     return None
 
 
+def hip_arch() -> str | None:
+    """gfx arch of GPU 0 without its target features ('gfx942:sramecc+:xnack-' -> 'gfx942'), or
+    None without a visible GPU."""
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(0).gcnArchName.split(":")[0]
+
+
 def target(plat: str | None = None) -> str | None:
-    return TARGETS.get(plat or platform() or "")
+    """The arch the build's kernels are for: sm_90 on CUDA; on ROCm GPU 0's arch when csrc/ has a
+    body for it, else None (nothing to build)."""
+    plat = plat or platform()
+    if plat == "cuda":
+        return CUDA_TARGET
+    if plat == "hip":
+        arch = hip_arch()
+        return arch if arch in HIP_TARGETS else None
+    return None
 
 
 def build_allowed() -> bool:
@@ -74,9 +91,11 @@ def build_allowed() -> bool:
 
 def flags(plat: str) -> dict[str, list[str]]:
     """Compiler flags beyond torch.utils.cpp_extension's own (which add -std and the arch list
-    of the visible GPUs; sm_90 / gfx950 are always added here)."""
+    of the visible GPUs; the target is always added here). HIP: -DOPUS_GFX picks the body
+    (kernels.cu); without a target (no GPU, or an arch with no body) there is nothing to pick."""
     if plat == "hip":
-        cuda = ["-O3", "-ffp-contract=off", "--offload-arch=gfx950"]
+        tgt = target(plat)
+        cuda = ["-O3", "-ffp-contract=off"] + ([f"--offload-arch={tgt}", f"-DOPUS_GFX={tgt[3:]}"] if tgt else [])
     else:
         cuda = ["-O3", "--fmad=false", "-gencode=arch=compute_90,code=sm_90"]
     return {"extra_cflags": ["-O3"], "extra_cuda_cflags": cuda}
@@ -199,6 +218,8 @@ def load(verbose: bool = False):
     plat = platform()
     if plat is None:
         raise BuildError(f"the opus kernels need a CUDA or ROCm build of torch; got torch {torch.__version__}")
+    if target(plat) is None:
+        raise BuildError(f"the opus HIP kernels build for {', '.join(HIP_TARGETS)}; the visible GPU is {hip_arch()}")
     capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
     with _lock:
         if _loaded is not None:

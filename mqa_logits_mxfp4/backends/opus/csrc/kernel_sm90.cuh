@@ -178,32 +178,9 @@ struct Scorer {
     for (int idx = tid; idx < R * 4 * S::HQ; idx += S::THREADS) {
       const int slot = idx % S::HQ, t = (idx / S::HQ) & 3, r = idx / (4 * S::HQ);
       const int row = r0 + r, h = 4 * slot + t;
-      float wv = 0.0f;
-      if (row < r1) {
-        const long long off = (long long)row * args.stride_w + h;
-        wv = args.weights_bf16 ? bf16_to_f32(reinterpret_cast<const uint16_t*>(args.weights)[off])
-                               : reinterpret_cast<const float*>(args.weights)[off];
-      }
-      sm.w[r][t][slot] = wv;
+      sm.w[r][t][slot] = row < r1 ? head_weight(args, row, h) : 0.0f;
     }
-    if (tid < R) {
-      const int row = r0 + tid;
-      int end = 0;
-      long long base = 0;
-      if (row < r1) {
-        end = imin(imax(args.row_ends[row], 0), args.key_cap);
-        if (args.out_offsets != nullptr) {  // flat out: stay inside [0, out_numel)
-          base = args.out_offsets[row];
-          const long long room = args.out_numel - base;
-          end = (base < 0 || room <= 0) ? 0 : (room < end ? (int)room : end);
-        } else {
-          base = (long long)row * args.stride_out;
-          end = imin(end, args.out_cols);
-        }
-      }
-      sm.rend[tid] = end;
-      sm.obase[tid] = base;
-    }
+    if (tid < R) row_window(args, r0 + tid, r0 + tid < r1, sm.rend[tid], sm.obase[tid]);
   }
 
   // Global -> registers: chunk c = tid + THREADS*i is (key c/4, scale block c%4), 16 bytes.
@@ -327,16 +304,7 @@ struct Scorer {
   }
 
   OPUS_DEV void score_piece(const Piece& p) {
-    __syncthreads();  // the previous piece is done with shared memory
-    r0 = p.r0;
-    r1 = p.r1;
-    bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;
-    setup_group();
-    __syncthreads();
-    gend = 0;
-#pragma unroll
-    for (int r = 0; r < R; ++r) gend = imax(gend, sm.rend[r]);
-    const int t1 = imin(p.t1, cdiv_nonneg(gend, kBlockN));  // later tiles store nothing
+    const int t1 = stage_group<R>(*this, p, sm.rend);
     if (p.t0 >= t1) return;
     TileRegs<S::CHUNKS> regs;
     load_tile(p.t0, regs);
@@ -352,39 +320,6 @@ struct Scorer {
   }
 };
 
-// Free mode: the CTA's unit range, by one warp (a scan over the sequences).
-OPUS_DEV CtaRange cta_range_warp(const SeqView& sv, int rows, int pid, int nprog, int lane) {
-  long long total = 0;
-  for (int c0 = 0; c0 < sv.num_seqs; c0 += OPUS_WARP) {
-    const int s = c0 + lane;
-    total += s < sv.num_seqs ? sv.units(s, rows) : 0;
-  }
-  total = warp_sum_i64(total);
-  CtaRange cr;
-  cr.u_begin = int(pid * total / nprog);
-  cr.u_end = int((pid + 1) * total / nprog);
-  cr.b = 0;
-  cr.base = 0;
-  long long carry = 0;
-  for (int c0 = 0; c0 < sv.num_seqs; c0 += OPUS_WARP) {
-    const int s = c0 + lane;
-    const int u = s < sv.num_seqs ? sv.units(s, rows) : 0;
-    long long incl = u;
-#pragma unroll
-    for (int d = 1; d < OPUS_WARP; d <<= 1) {
-      const long long o = warp_up(incl, d);
-      if (lane >= d) incl += o;
-    }
-    incl += carry;
-    const bool before = s < sv.num_seqs && incl <= cr.u_begin;
-    cr.b += warp_count(before);
-    cr.base += (int)warp_sum_i64(before ? u : 0);
-    carry = warp_bcast(incl, OPUS_WARP - 1);
-    if (carry > cr.u_begin) break;  // every later cumulative count is past u_begin
-  }
-  return cr;
-}
-
 template <int FAMILY, int R, int H, int WARPS, int MIN_CTAS>
 __global__ void __launch_bounds__(WARPS * 32, MIN_CTAS) mqa_logits_sm90(const LaunchArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
@@ -392,7 +327,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_CTAS) mqa_logits_sm90(const La
   auto& sm = *reinterpret_cast<Smem<FAMILY, R, H, WARPS>*>(smem_raw);
   const SeqView sv{args.qsl, args.row_ends, args.num_seqs, args.num_rows};
   Scorer<FAMILY, R, H, WARPS> scorer(args, sm);
-  for_each_piece<32, cta_range_warp>(args, sv, R, sm.range, scorer);
+  for_each_piece<32, cta_range_scan>(args, sv, R, sm.range, scorer);
 #else
   __trap();  // built for another arch: the launcher never routes here
 #endif

@@ -1,6 +1,10 @@
-// The kernel translation unit: the arch body of this platform, instantiated for each registry
-// entry of that platform and each head count it serves. No torch headers (CI compiles it
-// alone with nvcc for sm_90 and with clang for gfx950).
+// The kernel translation unit: the arch body of this build's target, instantiated for each
+// registry entry of that target and each head count it serves. No torch headers (CI compiles
+// it alone with nvcc for sm_90 and with clang for gfx942 and gfx950).
+//
+// HIP builds name their target with -DOPUS_GFX=942 or 950 (jit.py: the visible device's arch):
+// the host pass of a HIP compile does not see the device's __gfx9xx__ macros, and it has to know
+// which kernels the launcher may route to.
 #include "kernels.h"
 
 #include <atomic>
@@ -9,14 +13,29 @@
 
 #if OPUS_HIP
 #pragma clang fp contract(off)
+#define OPUS_ON_sm90(...)
+#if !defined(OPUS_GFX)
+#error "a HIP build of the opus kernels needs -DOPUS_GFX=942 or -DOPUS_GFX=950 (its gfx target)"
+#elif OPUS_GFX == 942
+#include "kernel_gfx942.cuh"
+#define OPUS_BUILD_TARGET "gfx942"
+#define OPUS_HIP_KERNEL gfx942::mqa_logits_gfx942
+#define OPUS_ON_gfx942(...) __VA_ARGS__
+#define OPUS_ON_gfx950(...)
+#elif OPUS_GFX == 950
 #include "kernel_gfx950.cuh"
 #define OPUS_BUILD_TARGET "gfx950"
-#define OPUS_ON_sm90(...)
+#define OPUS_HIP_KERNEL gfx950::mqa_logits_gfx950
+#define OPUS_ON_gfx942(...)
 #define OPUS_ON_gfx950(...) __VA_ARGS__
+#else
+#error "OPUS_GFX must be 942 or 950"
+#endif
 #else
 #include "kernel_sm90.cuh"
 #define OPUS_BUILD_TARGET "sm_90"
 #define OPUS_ON_sm90(...) __VA_ARGS__
+#define OPUS_ON_gfx942(...)
 #define OPUS_ON_gfx950(...)
 #endif
 
@@ -25,8 +44,14 @@ namespace {
 
 thread_local opus_error_t last_error = opus_success;
 
+// The body's FAMILY template argument: only the sm_90 body has more than one family.
+#if OPUS_HIP
+#define OPUS_FAMILY_f16 0
+#define OPUS_FAMILY_fp8 0
+#else
 #define OPUS_FAMILY_f16 sm90::kF16
 #define OPUS_FAMILY_fp8 sm90::kFp8
+#endif
 #define OPUS_FAMILY_mxf4 0
 
 template <int FAMILY, int R, int H, int WARPS, int CTAS>
@@ -34,8 +59,7 @@ int launch_one(const LaunchArgs& args, opus_stream_t stream) {
   const dim3 grid(args.grid_x, args.mode == kModePrefill ? args.parts : 1);
 #if OPUS_HIP
   const dim3 block(WARPS * OPUS_WARP);
-  constexpr int smem = gfx950::smem_bytes<R, H, WARPS>();
-  hipLaunchKernelGGL((gfx950::mqa_logits_gfx950<R, H, WARPS, CTAS>), grid, block, smem, stream, args);
+  hipLaunchKernelGGL((OPUS_HIP_KERNEL<R, H, WARPS, CTAS>), grid, block, 0, stream, args);  // static LDS only
 #else
   const dim3 block(WARPS * 32);
   constexpr int smem = sm90::smem_bytes<FAMILY, R, H, WARPS>();

@@ -12,7 +12,7 @@ enum LaunchStatus : int {
   kLaunchFailed = 3,     // the runtime refused the launch (message in launch_error())
 };
 
-// The target this build's kernels are for: "sm_90" (CUDA) or "gfx950" (HIP).
+// The target this build's kernels are for: "sm_90" (CUDA), "gfx942" or "gfx950" (HIP).
 const char* build_target();
 // Launch instance `id` (registry.h) on GPU `device` and `stream` (a cudaStream_t /
 // hipStream_t of that device); the calling thread's current device is restored afterwards.

@@ -1,4 +1,4 @@
-// Portability layer: one source builds as CUDA (nvcc, sm_90) and as HIP (clang, gfx950).
+// Portability layer: one source builds as CUDA (nvcc, sm_90) and as HIP (clang, gfx942 / gfx950).
 // Only the names the opus kernels use are mapped; nothing here includes torch.
 #pragma once
 

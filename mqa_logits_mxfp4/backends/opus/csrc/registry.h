@@ -4,21 +4,23 @@
 // Python mirror (instances.py) is checked against it.
 //
 // Names: <arch>_<family>_r<rows>w<warps>
-//   arch    sm90 | gfx950          the target the body is written for
-//   family  f16  two FP16 mma.sync m16n8k16 a scale block (E2M1 encoded exactly in FP16)
+//   arch    sm90 | gfx942 | gfx950  the target the body is written for
+//   family  f16  E2M1 encoded exactly in FP16 (encode.h): sm90 two mma.sync m16n8k16 a scale
+//                block, gfx942 two v_mfma_f32_16x16x16_f16 a scale block
 //           fp8  one FP8 E4M3 mma.sync m16n8k32 a scale block (sm_90 emulates it with
 //                conversions + FP16 MMAs; kept to measure against f16)
 //           mxf4 one scaled MFMA 32x32x64 a scale block on raw E2M1 operands, unit
 //                hardware scales (the E8M0 scales are applied on the VALU)
 //   rows    rows of one sequence per row group (they share every loaded key tile)
-//   warps   warps (sm_90, 32 lanes) or waves (gfx950, 64 lanes) a CTA
+//   warps   warps (sm_90, 32 lanes) or waves (gfx942 / gfx950, 64 lanes) a CTA
 // Every instance uses 64-key tiles (the schedule records count units in 64-key tiles) and two
 // stages (the next tile's loads are in flight while the current one is scored); a future
 // instance that differs there adds n<keys> / s<stages> to its name.
 //
 // Heads mask: bit 0 = 16, bit 1 = 32, bit 2 = 64, bit 3 = 128, with rows x heads <= 256 (the
 // group's converted query operands live in shared memory; rows are scored one after another,
-// so the accumulators hold one row's heads).
+// so the accumulators hold one row's heads). gfx942 keeps rows x heads <= 128: its FP16 query
+// operands take 256 B a (row, head) and its CUs have 64 KB of LDS.
 #pragma once
 
 #define OPUS_INSTANCES(X)                                                      \
@@ -32,7 +34,10 @@
   X(6, gfx950_mxf4_r1w2,   gfx950, mxf4, 1, 2, 64, 2, 2, 0xF)                  \
   X(7, gfx950_mxf4_r2w2,   gfx950, mxf4, 2, 2, 64, 2, 2, 0xF)                  \
   X(8, gfx950_mxf4_r4w2,   gfx950, mxf4, 4, 2, 64, 2, 2, 0x7)                  \
-  X(9, gfx950_mxf4_r8w2,   gfx950, mxf4, 8, 2, 64, 2, 2, 0x3)
+  X(9, gfx950_mxf4_r8w2,   gfx950, mxf4, 8, 2, 64, 2, 2, 0x3)                  \
+  X(10, gfx942_f16_r1w4,   gfx942, f16,  1, 4, 64, 2, 2, 0xF)                  \
+  X(11, gfx942_f16_r2w4,   gfx942, f16,  2, 4, 64, 2, 2, 0x7)                  \
+  X(12, gfx942_f16_r4w4,   gfx942, f16,  4, 4, 64, 2, 2, 0x3)
 
 // Page sizes every instance serves (keys are gathered one by one through the table).
 #define OPUS_PAGE_SIZES {8, 16, 32, 64, 128}
@@ -43,13 +48,14 @@ namespace opus {
 struct InstanceInfo {
   int id;
   const char* name;
-  const char* arch;       // the device arch token Python uses: sm_90 / gfx950
+  const char* arch;       // the device arch token Python uses: sm_90 / gfx942 / gfx950
   const char* family;
   int rows, warps, block_n, stages, ctas_per_sm;
   unsigned heads_mask;
 };
 
 #define OPUS_ARCH_NAME_sm90 "sm_90"
+#define OPUS_ARCH_NAME_gfx942 "gfx942"
 #define OPUS_ARCH_NAME_gfx950 "gfx950"
 #define OPUS_INFO_ROW(id, name, arch, family, rows, warps, keys, stages, ctas, heads) \
   {id, #name, OPUS_ARCH_NAME_##arch, #family, rows, warps, keys, stages, ctas, heads},
