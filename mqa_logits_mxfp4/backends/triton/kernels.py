@@ -84,6 +84,91 @@ def _k_term(kv_ptr, ks_ptr, slot, kmask, blk: tl.constexpr, qop, qsc, DB: tl.con
     return (p * ksc[:, None]) * qsc[None, :]
 
 
+# Scale folding (the `fold` families): the query scale rides in the query operand, so a block's
+# MMA gives P * sq (times a group constant) exactly, and one multiply by a key factor gives
+# docs/numerics.md step 2 in its one-rounding form: 2 CUDA-core ops a block-cell instead of 4.
+# A query value v * 2^x is exact in the operand for x in [FOLD_XMIN, FOLD_XMAX] (E4M3: 384 and
+# 2^-9; FP16: 49152 and 2^-24), so a group folds when its query scale bytes are in [1, 254] and
+# span at most FOLD_XMAX - FOLD_XMIN; x = byte - (the group's largest byte) + FOLD_XMAX.
+FOLD_XMAX_FP8: tl.constexpr = tl.constexpr(6)
+FOLD_XMIN_FP8: tl.constexpr = tl.constexpr(-8)
+FOLD_XMAX_F16: tl.constexpr = tl.constexpr(13)
+FOLD_XMIN_F16: tl.constexpr = tl.constexpr(-23)
+KSHIFT_FP8: tl.constexpr = tl.constexpr(-6)    # the key operand holds value * 2^KSHIFT
+KSHIFT_F16: tl.constexpr = tl.constexpr(-14)
+
+
+@triton.jit
+def _q_scale_bytes(qs_ptr, qhead, cmask, blk: tl.constexpr, NB: tl.constexpr):
+    return tl.load(qs_ptr + qhead * NB + blk, mask=cmask, other=127).to(tl.int32)
+
+
+@triton.jit
+def _q_fold_exponent(qsb, bmax, folds, XMAX: tl.constexpr, SPREAD: tl.constexpr, KSHIFT: tl.constexpr):
+    """x of each column: byte - bmax + XMAX when the group folds, else KSHIFT (the canonical
+    placement); a block's MMA then gives P * 2^(KSHIFT + x) exactly."""
+    return tl.where(folds, tl.minimum(tl.maximum(qsb - bmax, -SPREAD), 0) + XMAX, KSHIFT)
+
+
+@triton.jit
+def _q_folded(q_ptr, qhead, cmask, qsb, bmax, folds, blk: tl.constexpr, DB: tl.constexpr,
+              MMA: tl.constexpr, XMAX: tl.constexpr, SPREAD: tl.constexpr, KSHIFT: tl.constexpr):
+    """One block of the group's queries as a [32, C] operand holding v * 2^x."""
+    b16 = tl.arange(0, 16)
+    qb = tl.load(q_ptr + qhead[:, None] * DB + blk * 16 + b16[None, :], mask=cmask[:, None], other=0)
+    x = _q_fold_exponent(qsb, bmax, folds, XMAX, SPREAD, KSHIFT)
+    mult = ((x - KSHIFT + 127) << 23).to(tl.float32, bitcast=True)
+    v = _unpack(qb, MMA).to(tl.float32) * mult[:, None]   # exact: a power of two within range
+    if MMA == MMA_FP8:
+        return tl.trans(v.to(tl.float8e4nv))
+    else:
+        return tl.trans(v.to(tl.float16))
+
+
+@triton.jit
+def _k_factor(ks_ptr, slot, kmask, bmax, blk: tl.constexpr, NB: tl.constexpr, XMAX: tl.constexpr,
+              KSHIFT: tl.constexpr):
+    """A key block's scale, its factor 2^(ek - KSHIFT - x + eq) for the folded product, and
+    whether that factor gives step 2 exactly: byte 0 (flushed) and 0xFF (NaN) map as the scale
+    does; other bytes need the factor in the normal range and P * sk exact (byte <= 243, as
+    |P| <= 1152), so the one-rounding form equals the two multiplies of the canonical terms."""
+    kb = tl.load(ks_ptr + slot * NB + blk, mask=kmask, other=127).to(tl.int32)
+    kf = kb + bmax - 127 - KSHIFT - XMAX
+    ok = (kb == 0) | (kb == 255) | ((kb <= 243) & (kf >= 1) & (kf <= 254))
+    bits = tl.where(kb == 255, 0x7FC00000, tl.where(kb == 0, 0, tl.minimum(tl.maximum(kf, 0), 255) << 23))
+    return _e8m0_to_f32(kb), bits.to(tl.float32, bitcast=True), tl.min(tl.where(kmask & ~ok, 0, 1), axis=0)
+
+
+@triton.jit
+def _k_partial(kv_ptr, slot, kmask, blk: tl.constexpr, qop, DB: tl.constexpr, MMA: tl.constexpr,
+               INTERP: tl.constexpr):
+    """One block's MMA against a (folded or canonical) query operand, fp32, no scaling."""
+    b16 = tl.arange(0, 16)
+    kb = tl.load(kv_ptr + slot[:, None] * DB + blk * 16 + b16[None, :], mask=kmask[:, None], other=0)
+    kop = _unpack(kb, MMA)
+    if MMA == MMA_F16 and INTERP:
+        return tl.dot(kop.to(tl.float32), qop.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(kop, qop, out_dtype=tl.float32)
+
+
+@triton.jit
+def _fold_term(kv_ptr, qs_ptr, slot, kmask, qhead, cmask, bmax, folds, blk: tl.constexpr, qop, ksc, kfac,
+               fast, DB: tl.constexpr, NB: tl.constexpr, MMA: tl.constexpr, XMAX: tl.constexpr,
+               SPREAD: tl.constexpr, KSHIFT: tl.constexpr, INTERP: tl.constexpr):
+    """Step 2 for one block: P' * kfac where the fold is exact, else the canonical
+    ((P' * 2^-(KSHIFT + x)) * sk) * sq with the query scales reloaded (a rare tile)."""
+    p = _k_partial(kv_ptr, slot, kmask, blk, qop, DB, MMA, INTERP)
+    if fast:
+        t = p * kfac[:, None]
+    else:
+        qsb = _q_scale_bytes(qs_ptr, qhead, cmask, blk, NB)
+        x = _q_fold_exponent(qsb, bmax, folds, XMAX, SPREAD, KSHIFT)
+        undo = ((-x + (127 - KSHIFT)) << 23).to(tl.float32, bitcast=True)
+        t = ((p * undo[None, :]) * ksc[:, None]) * _e8m0_to_f32(qsb)[None, :]
+    return t
+
+
 @triton.jit
 def _halves(v, N: tl.constexpr, R: tl.constexpr, M: tl.constexpr):
     """[N, R, M] -> ([N, R, M/2] first half, [N, R, M/2] second half)."""
@@ -110,7 +195,7 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
                  b, r0, r1, t0, t1,
                  HEADS: tl.constexpr, LOG2_H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, PPB: tl.constexpr,
                  GATHER: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr,
-                 MMA: tl.constexpr, FLAT_OUT: tl.constexpr, INTERP: tl.constexpr):
+                 MMA: tl.constexpr, FOLD: tl.constexpr, FLAT_OUT: tl.constexpr, INTERP: tl.constexpr):
     """Rows [r0, r1) of sequence b (at most R) against key tiles [t0, t1)."""
     C: tl.constexpr = R * HEADS
     DB: tl.constexpr = D // 2       # bytes of a key or a q head
@@ -135,7 +220,25 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
     else:
         bt_row = bt_ptr + b.to(tl.int64) * stride_bt
 
-    if MMA != MMA_SCALED:  # the group's query operands stay in registers for all its tiles
+    if FOLD:  # folded query operands (the group's scales in them), or the canonical fallback
+        tl.static_assert(NB == 4 and MMA != MMA_SCALED, "the fold families are fp8/f16 at head_dim 128")
+        XMAX: tl.constexpr = FOLD_XMAX_FP8 if MMA == MMA_FP8 else FOLD_XMAX_F16
+        SPREAD: tl.constexpr = XMAX - (FOLD_XMIN_FP8 if MMA == MMA_FP8 else FOLD_XMIN_F16)
+        KSHIFT: tl.constexpr = KSHIFT_FP8 if MMA == MMA_FP8 else KSHIFT_F16
+        qsb0 = _q_scale_bytes(qs_ptr, qhead, cmask, 0, NB)
+        qsb1 = _q_scale_bytes(qs_ptr, qhead, cmask, 1, NB)
+        qsb2 = _q_scale_bytes(qs_ptr, qhead, cmask, 2, NB)
+        qsb3 = _q_scale_bytes(qs_ptr, qhead, cmask, 3, NB)
+        hi = tl.maximum(tl.maximum(qsb0, qsb1), tl.maximum(qsb2, qsb3))
+        lo = tl.minimum(tl.minimum(qsb0, qsb1), tl.minimum(qsb2, qsb3))
+        bmax = tl.max(tl.where(cmask, hi, 0), axis=0)
+        bmin = tl.min(tl.where(cmask, lo, 255), axis=0)
+        group_folds = (bmin >= 1) & (bmax <= 254) & (bmax - bmin <= SPREAD)
+        f0 = _q_folded(q_ptr, qhead, cmask, qsb0, bmax, group_folds, 0, DB, MMA, XMAX, SPREAD, KSHIFT)
+        f1 = _q_folded(q_ptr, qhead, cmask, qsb1, bmax, group_folds, 1, DB, MMA, XMAX, SPREAD, KSHIFT)
+        f2 = _q_folded(q_ptr, qhead, cmask, qsb2, bmax, group_folds, 2, DB, MMA, XMAX, SPREAD, KSHIFT)
+        f3 = _q_folded(q_ptr, qhead, cmask, qsb3, bmax, group_folds, 3, DB, MMA, XMAX, SPREAD, KSHIFT)
+    elif MMA != MMA_SCALED:  # the group's query operands stay in registers for all its tiles
         tl.static_assert(NB == 4, "the fp8/f16 families are written for head_dim 128")
         q0, sq0 = _q_block(q_ptr, qs_ptr, qhead, cmask, 0, DB, NB, MMA)
         q1, sq1 = _q_block(q_ptr, qs_ptr, qhead, cmask, 1, DB, NB, MMA)
@@ -155,6 +258,20 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
             kb = tl.load(kv_ptr + slot[:, None] * DB + bD[None, :], mask=kmask[:, None], other=0)
             ksc = tl.load(ks_ptr + slot[:, None] * NB + bS[None, :], mask=kmask[:, None], other=127)
             s = tl.dot_scaled(kb, ksc, "e2m1", tl.trans(qb), qsc, "e2m1")
+        elif FOLD:
+            ks0, k0, ok0 = _k_factor(ks_ptr, slot, kmask, bmax, 0, NB, XMAX, KSHIFT)
+            ks1, k1, ok1 = _k_factor(ks_ptr, slot, kmask, bmax, 1, NB, XMAX, KSHIFT)
+            ks2, k2, ok2 = _k_factor(ks_ptr, slot, kmask, bmax, 2, NB, XMAX, KSHIFT)
+            ks3, k3, ok3 = _k_factor(ks_ptr, slot, kmask, bmax, 3, NB, XMAX, KSHIFT)
+            fast = group_folds & ((ok0 & ok1 & ok2 & ok3) != 0)
+            s = _fold_term(kv_ptr, qs_ptr, slot, kmask, qhead, cmask, bmax, group_folds, 0, f0, ks0, k0,
+                               fast, DB, NB, MMA, XMAX, SPREAD, KSHIFT, INTERP)
+            s = s + _fold_term(kv_ptr, qs_ptr, slot, kmask, qhead, cmask, bmax, group_folds, 1, f1, ks1, k1,
+                               fast, DB, NB, MMA, XMAX, SPREAD, KSHIFT, INTERP)
+            s = s + _fold_term(kv_ptr, qs_ptr, slot, kmask, qhead, cmask, bmax, group_folds, 2, f2, ks2, k2,
+                               fast, DB, NB, MMA, XMAX, SPREAD, KSHIFT, INTERP)
+            s = s + _fold_term(kv_ptr, qs_ptr, slot, kmask, qhead, cmask, bmax, group_folds, 3, f3, ks3, k3,
+                               fast, DB, NB, MMA, XMAX, SPREAD, KSHIFT, INTERP)
         else:  # docs/numerics.md step 3: left to right
             s = _k_term(kv_ptr, ks_ptr, slot, kmask, 0, q0, sq0, DB, NB, MMA, INTERP)
             s = s + _k_term(kv_ptr, ks_ptr, slot, kmask, 1, q1, sq1, DB, NB, MMA, INTERP)
@@ -207,7 +324,7 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
                       num_seqs, stride_w, stride_bt, stride_out, parts,
                       HEADS: tl.constexpr, LOG2_H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, PPB: tl.constexpr,
                       GATHER: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr,
-                      MMA: tl.constexpr, MODE: tl.constexpr,
+                      MMA: tl.constexpr, FOLD: tl.constexpr, MODE: tl.constexpr,
                       SEQ_P2: tl.constexpr, FLAT_OUT: tl.constexpr, INTERP: tl.constexpr):
     pid = tl.program_id(0)
     if MODE == MODE_PREFILL:
@@ -235,7 +352,7 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
             t1 = ((part + 1) * ntiles) // parts
             _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, oo_ptr,
                          stride_w, stride_bt, stride_out, b, r0, r1, t0, t1,
-                         HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FLAT_OUT, INTERP)
+                         HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FOLD, FLAT_OUT, INTERP)
             b += 1
             qa = qb
     else:
@@ -265,7 +382,7 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
                 r1 = tl.minimum(r0 + R, qb)
                 _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr,
                              oo_ptr, stride_w, stride_bt, stride_out, b, r0, r1, t0, t1,
-                             HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FLAT_OUT, INTERP)
+                             HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FOLD, FLAT_OUT, INTERP)
                 lo = (j + 1) * ntiles
             base += units
             b += 1
