@@ -105,10 +105,10 @@ def main(argv=None) -> int:
         return 1
     device = torch.device("cuda", 0)
     rows = [call_overhead(device)]
+    key = mqa_logits_mxfp4_config(device, heads=64, max_rows=1, max_seqs=1, max_seq_len=64).key
     for name in registry.names():
         be = registry.get(name)
-        if name != rows[0]["backend"] and be.available() is None and be.supports(
-                mqa_logits_mxfp4_config(device, heads=64, max_rows=1, max_seq_len=64).key) == []:
+        if name != rows[0]["backend"] and be.available() is None and not be.supports(key):
             rows.append(call_overhead(device, name))
     sched = [schedule_build(device, [(65536, 16384)]),       # a prefill chunk: 16384 rows
              schedule_build(device, [(32768, 1)] * 256),      # decode, 256 sequences, MTP 1

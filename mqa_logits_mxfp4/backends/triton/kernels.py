@@ -153,23 +153,6 @@ def _k_partial(kv_ptr, slot, kmask, blk: tl.constexpr, qop, DB: tl.constexpr, MM
 
 
 @triton.jit
-def _fold_term(kv_ptr, qs_ptr, slot, kmask, qhead, cmask, bmax, folds, blk: tl.constexpr, qop, ksc, kfac,
-               fast, DB: tl.constexpr, NB: tl.constexpr, MMA: tl.constexpr, XMAX: tl.constexpr,
-               SPREAD: tl.constexpr, KSHIFT: tl.constexpr, INTERP: tl.constexpr):
-    """Step 2 for one block: P' * kfac where the fold is exact, else the canonical
-    ((P' * 2^-(KSHIFT + x)) * sk) * sq with the query scales reloaded (a rare tile)."""
-    p = _k_partial(kv_ptr, slot, kmask, blk, qop, DB, MMA, INTERP)
-    if fast:
-        t = p * kfac[:, None]
-    else:
-        qsb = _q_scale_bytes(qs_ptr, qhead, cmask, blk, NB)
-        x = _q_fold_exponent(qsb, bmax, folds, XMAX, SPREAD, KSHIFT)
-        undo = ((-x + (127 - KSHIFT)) << 23).to(tl.float32, bitcast=True)
-        t = ((p * undo[None, :]) * ksc[:, None]) * _e8m0_to_f32(qsb)[None, :]
-    return t
-
-
-@triton.jit
 def _halves(v, N: tl.constexpr, R: tl.constexpr, M: tl.constexpr):
     """[N, R, M] -> ([N, R, M/2] first half, [N, R, M/2] second half)."""
     v = tl.permute(tl.reshape(v, [N, R, 2, M // 2]), [0, 1, 3, 2])
@@ -187,6 +170,73 @@ def _weighted_head_sum(x, w, N: tl.constexpr, R: tl.constexpr, H: tl.constexpr,
         va, vb = _halves(v, N, R, H >> (lvl + 1))
         v = va + vb
     return tl.reshape(v, [N, R])
+
+
+@triton.jit
+def _tile_slots(bt_row, t, gend, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, PPB: tl.constexpr):
+    """Key tile t: its key positions, which of them exist, and their cache slots."""
+    keys = t * BLOCK_N + tl.arange(0, BLOCK_N)
+    kmask = keys < gend
+    entry = tl.load(bt_row + keys // (PAGE * PPB), mask=kmask, other=0)
+    slot = (entry.to(tl.int64) * PPB + (keys // PAGE) % PPB) * PAGE + keys % PAGE
+    return keys, kmask, slot
+
+
+@triton.jit
+def _store_scores(s, w, keys, rend, rmask, obase, out_ptr, keep, N: tl.constexpr, R: tl.constexpr,
+                  HEADS: tl.constexpr, LOG2_H: tl.constexpr, KEEP: tl.constexpr):
+    """docs/numerics.md steps 4-5 on a tile's block sums [N, R*H], stored inside the windows
+    (and only where the scalar `keep` holds, when KEEP)."""
+    x = tl.maximum(s, 0.0, propagate_nan=tl.PropagateNan.ALL)
+    v = _weighted_head_sum(x, w, N, R, HEADS, LOG2_H)
+    smask = (keys[:, None] < rend[None, :]) & rmask[None, :]
+    if KEEP:
+        smask = tl.where(keep, smask, False)  # (the interpreter rejects a bool tensor & a bool scalar as a mask)
+    tl.store(out_ptr + obase[None, :] + keys[:, None], v, mask=smask)
+
+
+@triton.jit
+def _fold_pass(q_ptr, qs_ptr, kv_ptr, ks_ptr, out_ptr, bt_row, qhead, cmask, w, rend, rmask, obase,
+               gend, t0, t1, HEADS: tl.constexpr, LOG2_H: tl.constexpr, DB: tl.constexpr, NB: tl.constexpr,
+               PAGE: tl.constexpr, PPB: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr,
+               MMA: tl.constexpr, INTERP: tl.constexpr):
+    """The fold families' pass over tiles [t0, t1): tiles whose scales fold are scored and stored
+    (docs/numerics.md, "Scale folding"); returns 1 when a tile (or the whole group) did not fold,
+    so the caller runs the canonical pass, which rewrites every tile with the same bits."""
+    tl.static_assert(NB == 4 and MMA != MMA_SCALED, "the fold families are fp8/f16 at head_dim 128")
+    XMAX: tl.constexpr = FOLD_XMAX_FP8 if MMA == MMA_FP8 else FOLD_XMAX_F16
+    SPREAD: tl.constexpr = XMAX - (FOLD_XMIN_FP8 if MMA == MMA_FP8 else FOLD_XMIN_F16)
+    KSHIFT: tl.constexpr = KSHIFT_FP8 if MMA == MMA_FP8 else KSHIFT_F16
+    qsb0 = _q_scale_bytes(qs_ptr, qhead, cmask, 0, NB)
+    qsb1 = _q_scale_bytes(qs_ptr, qhead, cmask, 1, NB)
+    qsb2 = _q_scale_bytes(qs_ptr, qhead, cmask, 2, NB)
+    qsb3 = _q_scale_bytes(qs_ptr, qhead, cmask, 3, NB)
+    hi = tl.maximum(tl.maximum(qsb0, qsb1), tl.maximum(qsb2, qsb3))
+    lo = tl.minimum(tl.minimum(qsb0, qsb1), tl.minimum(qsb2, qsb3))
+    bmax = tl.max(tl.where(cmask, hi, 0), axis=0)
+    bmin = tl.min(tl.where(cmask, lo, 255), axis=0)
+    folds = (bmin >= 1) & (bmax <= 254) & (bmax - bmin <= SPREAD)
+    redo = tl.where(folds, 0, 1)
+    if folds:
+        f0 = _q_folded(q_ptr, qhead, cmask, qsb0, bmax, folds, 0, DB, MMA, XMAX, SPREAD, KSHIFT)
+        f1 = _q_folded(q_ptr, qhead, cmask, qsb1, bmax, folds, 1, DB, MMA, XMAX, SPREAD, KSHIFT)
+        f2 = _q_folded(q_ptr, qhead, cmask, qsb2, bmax, folds, 2, DB, MMA, XMAX, SPREAD, KSHIFT)
+        f3 = _q_folded(q_ptr, qhead, cmask, qsb3, bmax, folds, 3, DB, MMA, XMAX, SPREAD, KSHIFT)
+        for t in range(t0, t1):
+            keys, kmask, slot = _tile_slots(bt_row, t, gend, BLOCK_N, PAGE, PPB)
+            ks0, k0, ok0 = _k_factor(ks_ptr, slot, kmask, bmax, 0, NB, XMAX, KSHIFT)
+            ks1, k1, ok1 = _k_factor(ks_ptr, slot, kmask, bmax, 1, NB, XMAX, KSHIFT)
+            ks2, k2, ok2 = _k_factor(ks_ptr, slot, kmask, bmax, 2, NB, XMAX, KSHIFT)
+            ks3, k3, ok3 = _k_factor(ks_ptr, slot, kmask, bmax, 3, NB, XMAX, KSHIFT)
+            ok = ok0 & ok1 & ok2 & ok3
+            # step 2 in its one-rounding form, step 3 left to right
+            s = _k_partial(kv_ptr, slot, kmask, 0, f0, DB, MMA, INTERP) * k0[:, None]
+            s = s + _k_partial(kv_ptr, slot, kmask, 1, f1, DB, MMA, INTERP) * k1[:, None]
+            s = s + _k_partial(kv_ptr, slot, kmask, 2, f2, DB, MMA, INTERP) * k2[:, None]
+            s = s + _k_partial(kv_ptr, slot, kmask, 3, f3, DB, MMA, INTERP) * k3[:, None]
+            _store_scores(s, w, keys, rend, rmask, obase, out_ptr, ok != 0, BLOCK_N, R, HEADS, LOG2_H, True)
+            redo = redo | (1 - ok)
+    return redo
 
 
 @triton.jit
@@ -220,25 +270,11 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
     else:
         bt_row = bt_ptr + b.to(tl.int64) * stride_bt
 
-    if FOLD:  # folded query operands (the group's scales in them), or the canonical fallback
-        tl.static_assert(NB == 4 and MMA != MMA_SCALED, "the fold families are fp8/f16 at head_dim 128")
-        XMAX: tl.constexpr = FOLD_XMAX_FP8 if MMA == MMA_FP8 else FOLD_XMAX_F16
-        SPREAD: tl.constexpr = XMAX - (FOLD_XMIN_FP8 if MMA == MMA_FP8 else FOLD_XMIN_F16)
-        KSHIFT: tl.constexpr = KSHIFT_FP8 if MMA == MMA_FP8 else KSHIFT_F16
-        qsb0 = _q_scale_bytes(qs_ptr, qhead, cmask, 0, NB)
-        qsb1 = _q_scale_bytes(qs_ptr, qhead, cmask, 1, NB)
-        qsb2 = _q_scale_bytes(qs_ptr, qhead, cmask, 2, NB)
-        qsb3 = _q_scale_bytes(qs_ptr, qhead, cmask, 3, NB)
-        hi = tl.maximum(tl.maximum(qsb0, qsb1), tl.maximum(qsb2, qsb3))
-        lo = tl.minimum(tl.minimum(qsb0, qsb1), tl.minimum(qsb2, qsb3))
-        bmax = tl.max(tl.where(cmask, hi, 0), axis=0)
-        bmin = tl.min(tl.where(cmask, lo, 255), axis=0)
-        group_folds = (bmin >= 1) & (bmax <= 254) & (bmax - bmin <= SPREAD)
-        f0 = _q_folded(q_ptr, qhead, cmask, qsb0, bmax, group_folds, 0, DB, MMA, XMAX, SPREAD, KSHIFT)
-        f1 = _q_folded(q_ptr, qhead, cmask, qsb1, bmax, group_folds, 1, DB, MMA, XMAX, SPREAD, KSHIFT)
-        f2 = _q_folded(q_ptr, qhead, cmask, qsb2, bmax, group_folds, 2, DB, MMA, XMAX, SPREAD, KSHIFT)
-        f3 = _q_folded(q_ptr, qhead, cmask, qsb3, bmax, group_folds, 3, DB, MMA, XMAX, SPREAD, KSHIFT)
-    elif MMA != MMA_SCALED:  # the group's query operands stay in registers for all its tiles
+    if FOLD:  # the folded pass first; the canonical pass below only when a tile did not fold
+        redo = _fold_pass(q_ptr, qs_ptr, kv_ptr, ks_ptr, out_ptr, bt_row, qhead, cmask, w, rend, rmask,
+                          obase, gend, t0, t1, HEADS, LOG2_H, DB, NB, PAGE, PPB, R, BLOCK_N, MMA, INTERP)
+        t1 = tl.where(redo != 0, t1, t0)
+    if MMA != MMA_SCALED:  # the group's query operands stay in registers for all its tiles
         tl.static_assert(NB == 4, "the fp8/f16 families are written for head_dim 128")
         q0, sq0 = _q_block(q_ptr, qs_ptr, qhead, cmask, 0, DB, NB, MMA)
         q1, sq1 = _q_block(q_ptr, qs_ptr, qhead, cmask, 1, DB, NB, MMA)
@@ -250,37 +286,17 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
         qb = tl.load(q_ptr + qhead[:, None] * DB + bD[None, :], mask=cmask[:, None], other=0)
         qsc = tl.load(qs_ptr + qhead[:, None] * NB + bS[None, :], mask=cmask[:, None], other=127)
     for t in range(t0, t1):
-        keys = t * BLOCK_N + tl.arange(0, BLOCK_N)
-        kmask = keys < gend
-        entry = tl.load(bt_row + keys // (PAGE * PPB), mask=kmask, other=0)
-        slot = (entry.to(tl.int64) * PPB + (keys // PAGE) % PPB) * PAGE + keys % PAGE
+        keys, kmask, slot = _tile_slots(bt_row, t, gend, BLOCK_N, PAGE, PPB)
         if MMA == MMA_SCALED:
             kb = tl.load(kv_ptr + slot[:, None] * DB + bD[None, :], mask=kmask[:, None], other=0)
             ksc = tl.load(ks_ptr + slot[:, None] * NB + bS[None, :], mask=kmask[:, None], other=127)
             s = tl.dot_scaled(kb, ksc, "e2m1", tl.trans(qb), qsc, "e2m1")
-        elif FOLD:
-            ks0, k0, ok0 = _k_factor(ks_ptr, slot, kmask, bmax, 0, NB, XMAX, KSHIFT)
-            ks1, k1, ok1 = _k_factor(ks_ptr, slot, kmask, bmax, 1, NB, XMAX, KSHIFT)
-            ks2, k2, ok2 = _k_factor(ks_ptr, slot, kmask, bmax, 2, NB, XMAX, KSHIFT)
-            ks3, k3, ok3 = _k_factor(ks_ptr, slot, kmask, bmax, 3, NB, XMAX, KSHIFT)
-            fast = group_folds & ((ok0 & ok1 & ok2 & ok3) != 0)
-            s = _fold_term(kv_ptr, qs_ptr, slot, kmask, qhead, cmask, bmax, group_folds, 0, f0, ks0, k0,
-                               fast, DB, NB, MMA, XMAX, SPREAD, KSHIFT, INTERP)
-            s = s + _fold_term(kv_ptr, qs_ptr, slot, kmask, qhead, cmask, bmax, group_folds, 1, f1, ks1, k1,
-                               fast, DB, NB, MMA, XMAX, SPREAD, KSHIFT, INTERP)
-            s = s + _fold_term(kv_ptr, qs_ptr, slot, kmask, qhead, cmask, bmax, group_folds, 2, f2, ks2, k2,
-                               fast, DB, NB, MMA, XMAX, SPREAD, KSHIFT, INTERP)
-            s = s + _fold_term(kv_ptr, qs_ptr, slot, kmask, qhead, cmask, bmax, group_folds, 3, f3, ks3, k3,
-                               fast, DB, NB, MMA, XMAX, SPREAD, KSHIFT, INTERP)
         else:  # docs/numerics.md step 3: left to right
             s = _k_term(kv_ptr, ks_ptr, slot, kmask, 0, q0, sq0, DB, NB, MMA, INTERP)
             s = s + _k_term(kv_ptr, ks_ptr, slot, kmask, 1, q1, sq1, DB, NB, MMA, INTERP)
             s = s + _k_term(kv_ptr, ks_ptr, slot, kmask, 2, q2, sq2, DB, NB, MMA, INTERP)
             s = s + _k_term(kv_ptr, ks_ptr, slot, kmask, 3, q3, sq3, DB, NB, MMA, INTERP)
-        x = tl.maximum(s, 0.0, propagate_nan=tl.PropagateNan.ALL)
-        v = _weighted_head_sum(x, w, BLOCK_N, R, HEADS, LOG2_H)
-        smask = (keys[:, None] < rend[None, :]) & rmask[None, :]
-        tl.store(out_ptr + obase[None, :] + keys[:, None], v, mask=smask)
+        _store_scores(s, w, keys, rend, rmask, obase, out_ptr, None, BLOCK_N, R, HEADS, LOG2_H, False)
 
 
 @triton.jit
