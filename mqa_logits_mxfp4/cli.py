@@ -359,7 +359,7 @@ def compile_isa(job: dict) -> dict:
         return rec
     # the constexprs backend.launch() passes, at a production tile
     consts = dict(HEADS=job["heads"], LOG2_H=job["heads"].bit_length() - 1, D=128, PAGE=64, PPB=1,
-                  GATHER=False, R=job["rows"], BLOCK_N=job["block_n"], MMA=job["mma_kind"], FOLD=job["family"].endswith("fold"),
+                  GATHER=False, R=job["rows"], BLOCK_N=job["block_n"], MMA=job["mma_kind"],
                   MODE=_MODE_CODE[job["mode"]], SEQ_P2=job["seq_p2"], FLAT_OUT=False,
                   INTERP=False)
     signature = dict(_SIGNATURE, **{name: "constexpr" for name in consts})

@@ -102,51 +102,6 @@ def test_instances_bitwise_identical(device):
         assert torch.equal(out, first), f"{pair} differs from {next(iter(outs))}"
 
 
-def _fold_case(prob, case: str, gen: torch.Generator) -> None:
-    """Scales for the fold families' paths (backends/triton/kernels.py): `fast` keeps every
-    group's query bytes within 12 of each other (both fold families fold), `key_fallback` also
-    plants key bytes the fold cannot take (0, 0xFF, 244, 1, 254) in some tiles, and
-    `group_fallback` gives some rows a query byte 40 below the rest (no group of theirs folds)."""
-    dev = prob.q_scale.device
-    q = torch.randint(121, 133, prob.q_scale.shape, generator=gen, dtype=torch.uint8)
-    k = torch.randint(96, 160, prob.kv_scale.shape, generator=gen, dtype=torch.uint8)
-    if case == "key_fallback":
-        flat = k.view(-1)
-        picks = torch.randint(0, flat.numel(), (12,), generator=gen)
-        flat[picks] = torch.tensor([0, 255, 244, 1, 254, 250] * 2, dtype=torch.uint8)
-    if case == "group_fallback":
-        q[::3, :, 1] = 81
-    prob.q_scale.copy_(q.to(dev))
-    prob.kv_scale.copy_(k.to(dev))
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("case", ["fast", "key_fallback", "group_fallback"])
-def test_scale_fold_paths_match_the_canonical_terms(case, device):
-    """The fold families against the reference and bit for bit against every other instance,
-    on scales that take their folded path, their per-tile fallback and their per-group one."""
-    need_device(device)
-    prob = build("v4_decode", device, seed=11)
-    _fold_case(prob, case, torch.Generator().manual_seed(12))
-    outs = {}
-    for pair in CANDIDATES:
-        pair = pair.values[0]
-        try:
-            cfg = config(prob, pair, "free")
-        except pytest.skip.Exception:
-            continue
-        if cfg.instance.startswith("scaled"):
-            continue
-        outs[pair] = run(prob, cfg, "free")
-    folds = [p for p in outs if "fold" in p[1]]
-    assert folds and len(outs) > len(folds), f"need fold and canonical instances; got {list(outs)}"
-    ref = reference(prob, cfg)
-    first = next(iter(outs.values()))
-    assert compare_to_reference(first, ref) == []
-    for pair, out in outs.items():  # bit patterns: NaN cells (0xFF key bytes) compare too
-        assert torch.equal(out.view(torch.int32), first.view(torch.int32)), f"{pair} differs from {next(iter(outs))}"
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("pair", CANDIDATES)

@@ -7,7 +7,7 @@ import triton
 from ..base import Instance, Reason, attribute_rules, grid_sizes, ok_if, rank_by_rows
 from .instances import ACC_PER_THREAD, INSTANCES
 
-_MMA = {"fp8": 0, "f16": 1, "scaled": 2, "fp8fold": 0, "f16fold": 1}
+_MMA = {"fp8": 0, "f16": 1, "scaled": 2}
 _MODE = {"table": 0, "free": 1, "prefill": 2}
 _PREFERRED_FAMILY = {"gfx950": "scaled", "gfx1250": "scaled",
                      "gfx942": "f16", "gfx90a": "f16", "sm_80": "f16", "sm_86": "f16"}
@@ -66,7 +66,7 @@ class TritonBackend:
     def ranked_picks(self, key) -> list[tuple[Instance, str]]:
         """Per-arch default rule: the preferred family first, each ranked by rank_by_rows."""
         family = _PREFERRED_FAMILY.get(key.arch, "fp8")
-        order = [family] + [f for f in ("fp8", "f16", "scaled", "fp8fold", "f16fold") if f != family]
+        order = [family] + [f for f in ("fp8", "f16", "scaled") if f != family]
         return [pick for fam in order for pick in rank_by_rows(
             [i for i in INSTANCES if i.family == fam and not self.instance_supports(i, key)], key)]
 
@@ -89,7 +89,7 @@ class TritonBackend:
             0 if flat else out.stride(0), cfg.prefill_grid[1],
             HEADS=cfg.heads, LOG2_H=cfg.heads.bit_length() - 1, D=cfg.head_dim,
             PAGE=cfg.page_size, PPB=cfg.pages_per_block, GATHER=cfg.gather, R=inst.rows,
-            BLOCK_N=inst.block_n, MMA=_MMA[inst.family], FOLD=inst.family.endswith("fold"), MODE=_MODE[mode],
+            BLOCK_N=inst.block_n, MMA=_MMA[inst.family], MODE=_MODE[mode],
             SEQ_P2=triton.next_power_of_2(cfg.max_seqs) if mode == "free" else 1,  # Free only
             FLAT_OUT=flat, INTERP=interpreting(),
             num_warps=inst.warps, num_stages=inst.stages, enable_fp_fusion=False)

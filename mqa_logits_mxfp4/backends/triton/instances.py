@@ -1,10 +1,8 @@
 """The Triton instances. Names: <family>_r<rows>n<keys>w<warps>s<stages>.
 
 Families: `fp8` (E2M1 -> E4M3 exactly, one K=32 MMA per scale block, scales on CUDA cores),
-`f16` (the same with FP16 operands, for arches without FP8 MMA), `fp8fold` / `f16fold` (the
-same MMAs with the query scales folded into the query operand where that is exact, so a block
-costs one multiply and one add on the CUDA cores; the canonical terms otherwise) and `scaled`
-(`tl.dot_scaled`, the whole head_dim in one MXFP4 MMA where it is native).
+`f16` (the same with FP16 operands, for arches without FP8 MMA) and `scaled` (`tl.dot_scaled`,
+the whole head_dim in one MXFP4 MMA where it is native).
 """
 
 from __future__ import annotations
@@ -20,24 +18,19 @@ FAMILY_ARCHES = {
     # sm_100 is left out: at these tiles Triton lowered dot_scaled there to a BF16 emulation
     "scaled": ("cpu", "gfx950", "gfx1250"),
 }
-FAMILY_ARCHES["fp8fold"] = FAMILY_ARCHES["fp8"]
-FAMILY_ARCHES["f16fold"] = FAMILY_ARCHES["f16"]
 # Where this project ran the family against the reference (CPU: the interpreter in CI;
 # sm_90: the conformance suite on an H200).
 FAMILY_VALIDATED = {
     "fp8": ("cpu", "sm_90"),
     "f16": ("cpu", "sm_90"),
     "scaled": ("cpu",),
-    "fp8fold": ("cpu",),
-    "f16fold": ("cpu",),
 }
-FAMILY_HEAD_DIMS = {"fp8": (128,), "f16": (128,), "scaled": (128, 256), "fp8fold": (128,), "f16fold": (128,)}
+FAMILY_HEAD_DIMS = {"fp8": (128,), "f16": (128,), "scaled": (128, 256)}
 # (rows, block_n, warps, stages). 64-key tiles: sm_90's wgmma needs M = 64 keys a warpgroup
 # (32-key tiles fell back to mma.sync in AOT compiles). The backend admits an instance only
 # while its fp32 accumulator, rows*heads x block_n, is at most ACC_PER_THREAD registers a
 # thread: 64 spilled on sm_90 (docs/triton-backend.md), so a tile holds at most 128 columns.
 SHAPES = ((1, 64, 4, 2), (1, 64, 8, 2), (2, 64, 8, 2), (4, 64, 8, 2), (8, 64, 8, 2))
-FOLD_SHAPES = ((1, 64, 4, 2), (2, 64, 8, 2), (4, 64, 8, 2))   # the fold families: the shapes that won
 ACC_PER_THREAD = 32
 
 
@@ -48,5 +41,4 @@ def _make(family: str, rows: int, block_n: int, warps: int, stages: int) -> Inst
                     validated_on=FAMILY_VALIDATED[family], head_dims=FAMILY_HEAD_DIMS[family])
 
 
-INSTANCES = tuple(_make(f, *shape) for f in FAMILY_ARCHES
-                  for shape in (FOLD_SHAPES if f.endswith("fold") else SHAPES))
+INSTANCES = tuple(_make(f, *shape) for f in FAMILY_ARCHES for shape in SHAPES)

@@ -84,74 +84,6 @@ def _k_term(kv_ptr, ks_ptr, slot, kmask, blk: tl.constexpr, qop, qsc, DB: tl.con
     return (p * ksc[:, None]) * qsc[None, :]
 
 
-# Scale folding (the `fold` families): the query scale rides in the query operand, so a block's
-# MMA gives P * sq (times a group constant) exactly, and one multiply by a key factor gives
-# docs/numerics.md step 2 in its one-rounding form: 2 CUDA-core ops a block-cell instead of 4.
-# A query value v * 2^x is exact in the operand for x in [FOLD_XMIN, FOLD_XMAX] (E4M3: 384 and
-# 2^-9; FP16: 49152 and 2^-24), so a group folds when its query scale bytes are in [1, 254] and
-# span at most FOLD_XMAX - FOLD_XMIN; x = byte - (the group's largest byte) + FOLD_XMAX.
-FOLD_XMAX_FP8: tl.constexpr = tl.constexpr(6)
-FOLD_XMIN_FP8: tl.constexpr = tl.constexpr(-8)
-FOLD_XMAX_F16: tl.constexpr = tl.constexpr(13)
-FOLD_XMIN_F16: tl.constexpr = tl.constexpr(-23)
-KSHIFT_FP8: tl.constexpr = tl.constexpr(-6)    # the key operand holds value * 2^KSHIFT
-KSHIFT_F16: tl.constexpr = tl.constexpr(-14)
-
-
-@triton.jit
-def _q_scale_bytes(qs_ptr, qhead, cmask, blk: tl.constexpr, NB: tl.constexpr):
-    return tl.load(qs_ptr + qhead * NB + blk, mask=cmask, other=127).to(tl.int32)
-
-
-@triton.jit
-def _q_fold_exponent(qsb, bmax, folds, XMAX: tl.constexpr, SPREAD: tl.constexpr, KSHIFT: tl.constexpr):
-    """x of each column: byte - bmax + XMAX when the group folds, else KSHIFT (the canonical
-    placement); a block's MMA then gives P * 2^(KSHIFT + x) exactly."""
-    return tl.where(folds, tl.minimum(tl.maximum(qsb - bmax, -SPREAD), 0) + XMAX, KSHIFT)
-
-
-@triton.jit
-def _q_folded(q_ptr, qhead, cmask, qsb, bmax, folds, blk: tl.constexpr, DB: tl.constexpr,
-              MMA: tl.constexpr, XMAX: tl.constexpr, SPREAD: tl.constexpr, KSHIFT: tl.constexpr):
-    """One block of the group's queries as a [32, C] operand holding v * 2^x."""
-    b16 = tl.arange(0, 16)
-    qb = tl.load(q_ptr + qhead[:, None] * DB + blk * 16 + b16[None, :], mask=cmask[:, None], other=0)
-    x = _q_fold_exponent(qsb, bmax, folds, XMAX, SPREAD, KSHIFT)
-    mult = ((x - KSHIFT + 127) << 23).to(tl.float32, bitcast=True)
-    v = _unpack(qb, MMA).to(tl.float32) * mult[:, None]   # exact: a power of two within range
-    if MMA == MMA_FP8:
-        return tl.trans(v.to(tl.float8e4nv))
-    else:
-        return tl.trans(v.to(tl.float16))
-
-
-@triton.jit
-def _k_factor(ks_ptr, slot, kmask, bmax, blk: tl.constexpr, NB: tl.constexpr, XMAX: tl.constexpr,
-              KSHIFT: tl.constexpr):
-    """A key block's scale, its factor 2^(ek - KSHIFT - x + eq) for the folded product, and
-    whether that factor gives step 2 exactly: byte 0 (flushed) and 0xFF (NaN) map as the scale
-    does; other bytes need the factor in the normal range and P * sk exact (byte <= 243, as
-    |P| <= 1152), so the one-rounding form equals the two multiplies of the canonical terms."""
-    kb = tl.load(ks_ptr + slot * NB + blk, mask=kmask, other=127).to(tl.int32)
-    kf = kb + bmax - 127 - KSHIFT - XMAX
-    ok = (kb == 0) | (kb == 255) | ((kb <= 243) & (kf >= 1) & (kf <= 254))
-    bits = tl.where(kb == 255, 0x7FC00000, tl.where(kb == 0, 0, tl.minimum(tl.maximum(kf, 0), 255) << 23))
-    return _e8m0_to_f32(kb), bits.to(tl.float32, bitcast=True), tl.min(tl.where(kmask & ~ok, 0, 1), axis=0)
-
-
-@triton.jit
-def _k_partial(kv_ptr, slot, kmask, blk: tl.constexpr, qop, DB: tl.constexpr, MMA: tl.constexpr,
-               INTERP: tl.constexpr):
-    """One block's MMA against a (folded or canonical) query operand, fp32, no scaling."""
-    b16 = tl.arange(0, 16)
-    kb = tl.load(kv_ptr + slot[:, None] * DB + blk * 16 + b16[None, :], mask=kmask[:, None], other=0)
-    kop = _unpack(kb, MMA)
-    if MMA == MMA_F16 and INTERP:
-        return tl.dot(kop.to(tl.float32), qop.to(tl.float32), input_precision="ieee")
-    else:
-        return tl.dot(kop, qop, out_dtype=tl.float32)
-
-
 @triton.jit
 def _halves(v, N: tl.constexpr, R: tl.constexpr, M: tl.constexpr):
     """[N, R, M] -> ([N, R, M/2] first half, [N, R, M/2] second half)."""
@@ -173,79 +105,12 @@ def _weighted_head_sum(x, w, N: tl.constexpr, R: tl.constexpr, H: tl.constexpr,
 
 
 @triton.jit
-def _tile_slots(bt_row, t, gend, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, PPB: tl.constexpr):
-    """Key tile t: its key positions, which of them exist, and their cache slots."""
-    keys = t * BLOCK_N + tl.arange(0, BLOCK_N)
-    kmask = keys < gend
-    entry = tl.load(bt_row + keys // (PAGE * PPB), mask=kmask, other=0)
-    slot = (entry.to(tl.int64) * PPB + (keys // PAGE) % PPB) * PAGE + keys % PAGE
-    return keys, kmask, slot
-
-
-@triton.jit
-def _store_scores(s, w, keys, rend, rmask, obase, out_ptr, keep, N: tl.constexpr, R: tl.constexpr,
-                  HEADS: tl.constexpr, LOG2_H: tl.constexpr, KEEP: tl.constexpr):
-    """docs/numerics.md steps 4-5 on a tile's block sums [N, R*H], stored inside the windows
-    (and only where the scalar `keep` holds, when KEEP)."""
-    x = tl.maximum(s, 0.0, propagate_nan=tl.PropagateNan.ALL)
-    v = _weighted_head_sum(x, w, N, R, HEADS, LOG2_H)
-    smask = (keys[:, None] < rend[None, :]) & rmask[None, :]
-    if KEEP:
-        smask = tl.where(keep, smask, False)  # (the interpreter rejects a bool tensor & a bool scalar as a mask)
-    tl.store(out_ptr + obase[None, :] + keys[:, None], v, mask=smask)
-
-
-@triton.jit
-def _fold_pass(q_ptr, qs_ptr, kv_ptr, ks_ptr, out_ptr, bt_row, qhead, cmask, w, rend, rmask, obase,
-               gend, t0, t1, HEADS: tl.constexpr, LOG2_H: tl.constexpr, DB: tl.constexpr, NB: tl.constexpr,
-               PAGE: tl.constexpr, PPB: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr,
-               MMA: tl.constexpr, INTERP: tl.constexpr):
-    """The fold families' pass over tiles [t0, t1): tiles whose scales fold are scored and stored
-    (docs/numerics.md, "Scale folding"); returns 1 when a tile (or the whole group) did not fold,
-    so the caller runs the canonical pass, which rewrites every tile with the same bits."""
-    tl.static_assert(NB == 4 and MMA != MMA_SCALED, "the fold families are fp8/f16 at head_dim 128")
-    XMAX: tl.constexpr = FOLD_XMAX_FP8 if MMA == MMA_FP8 else FOLD_XMAX_F16
-    SPREAD: tl.constexpr = XMAX - (FOLD_XMIN_FP8 if MMA == MMA_FP8 else FOLD_XMIN_F16)
-    KSHIFT: tl.constexpr = KSHIFT_FP8 if MMA == MMA_FP8 else KSHIFT_F16
-    qsb0 = _q_scale_bytes(qs_ptr, qhead, cmask, 0, NB)
-    qsb1 = _q_scale_bytes(qs_ptr, qhead, cmask, 1, NB)
-    qsb2 = _q_scale_bytes(qs_ptr, qhead, cmask, 2, NB)
-    qsb3 = _q_scale_bytes(qs_ptr, qhead, cmask, 3, NB)
-    hi = tl.maximum(tl.maximum(qsb0, qsb1), tl.maximum(qsb2, qsb3))
-    lo = tl.minimum(tl.minimum(qsb0, qsb1), tl.minimum(qsb2, qsb3))
-    bmax = tl.max(tl.where(cmask, hi, 0), axis=0)
-    bmin = tl.min(tl.where(cmask, lo, 255), axis=0)
-    folds = (bmin >= 1) & (bmax <= 254) & (bmax - bmin <= SPREAD)
-    redo = tl.where(folds, 0, 1)
-    if folds:
-        f0 = _q_folded(q_ptr, qhead, cmask, qsb0, bmax, folds, 0, DB, MMA, XMAX, SPREAD, KSHIFT)
-        f1 = _q_folded(q_ptr, qhead, cmask, qsb1, bmax, folds, 1, DB, MMA, XMAX, SPREAD, KSHIFT)
-        f2 = _q_folded(q_ptr, qhead, cmask, qsb2, bmax, folds, 2, DB, MMA, XMAX, SPREAD, KSHIFT)
-        f3 = _q_folded(q_ptr, qhead, cmask, qsb3, bmax, folds, 3, DB, MMA, XMAX, SPREAD, KSHIFT)
-        for t in range(t0, t1):
-            keys, kmask, slot = _tile_slots(bt_row, t, gend, BLOCK_N, PAGE, PPB)
-            ks0, k0, ok0 = _k_factor(ks_ptr, slot, kmask, bmax, 0, NB, XMAX, KSHIFT)
-            ks1, k1, ok1 = _k_factor(ks_ptr, slot, kmask, bmax, 1, NB, XMAX, KSHIFT)
-            ks2, k2, ok2 = _k_factor(ks_ptr, slot, kmask, bmax, 2, NB, XMAX, KSHIFT)
-            ks3, k3, ok3 = _k_factor(ks_ptr, slot, kmask, bmax, 3, NB, XMAX, KSHIFT)
-            ok = ok0 & ok1 & ok2 & ok3
-            # step 2 in its one-rounding form, step 3 left to right
-            s = _k_partial(kv_ptr, slot, kmask, 0, f0, DB, MMA, INTERP) * k0[:, None]
-            s = s + _k_partial(kv_ptr, slot, kmask, 1, f1, DB, MMA, INTERP) * k1[:, None]
-            s = s + _k_partial(kv_ptr, slot, kmask, 2, f2, DB, MMA, INTERP) * k2[:, None]
-            s = s + _k_partial(kv_ptr, slot, kmask, 3, f3, DB, MMA, INTERP) * k3[:, None]
-            _store_scores(s, w, keys, rend, rmask, obase, out_ptr, ok != 0, BLOCK_N, R, HEADS, LOG2_H, True)
-            redo = redo | (1 - ok)
-    return redo
-
-
-@triton.jit
 def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, oo_ptr,
                  stride_w, stride_bt, stride_out,
                  b, r0, r1, t0, t1,
                  HEADS: tl.constexpr, LOG2_H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, PPB: tl.constexpr,
                  GATHER: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr,
-                 MMA: tl.constexpr, FOLD: tl.constexpr, FLAT_OUT: tl.constexpr, INTERP: tl.constexpr):
+                 MMA: tl.constexpr, FLAT_OUT: tl.constexpr, INTERP: tl.constexpr):
     """Rows [r0, r1) of sequence b (at most R) against key tiles [t0, t1)."""
     C: tl.constexpr = R * HEADS
     DB: tl.constexpr = D // 2       # bytes of a key or a q head
@@ -270,10 +135,6 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
     else:
         bt_row = bt_ptr + b.to(tl.int64) * stride_bt
 
-    if FOLD:  # the folded pass first; the canonical pass below only when a tile did not fold
-        redo = _fold_pass(q_ptr, qs_ptr, kv_ptr, ks_ptr, out_ptr, bt_row, qhead, cmask, w, rend, rmask,
-                          obase, gend, t0, t1, HEADS, LOG2_H, DB, NB, PAGE, PPB, R, BLOCK_N, MMA, INTERP)
-        t1 = tl.where(redo != 0, t1, t0)
     if MMA != MMA_SCALED:  # the group's query operands stay in registers for all its tiles
         tl.static_assert(NB == 4, "the fp8/f16 families are written for head_dim 128")
         q0, sq0 = _q_block(q_ptr, qs_ptr, qhead, cmask, 0, DB, NB, MMA)
@@ -286,7 +147,10 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
         qb = tl.load(q_ptr + qhead[:, None] * DB + bD[None, :], mask=cmask[:, None], other=0)
         qsc = tl.load(qs_ptr + qhead[:, None] * NB + bS[None, :], mask=cmask[:, None], other=127)
     for t in range(t0, t1):
-        keys, kmask, slot = _tile_slots(bt_row, t, gend, BLOCK_N, PAGE, PPB)
+        keys = t * BLOCK_N + tl.arange(0, BLOCK_N)
+        kmask = keys < gend
+        entry = tl.load(bt_row + keys // (PAGE * PPB), mask=kmask, other=0)
+        slot = (entry.to(tl.int64) * PPB + (keys // PAGE) % PPB) * PAGE + keys % PAGE
         if MMA == MMA_SCALED:
             kb = tl.load(kv_ptr + slot[:, None] * DB + bD[None, :], mask=kmask[:, None], other=0)
             ksc = tl.load(ks_ptr + slot[:, None] * NB + bS[None, :], mask=kmask[:, None], other=127)
@@ -296,7 +160,10 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
             s = s + _k_term(kv_ptr, ks_ptr, slot, kmask, 1, q1, sq1, DB, NB, MMA, INTERP)
             s = s + _k_term(kv_ptr, ks_ptr, slot, kmask, 2, q2, sq2, DB, NB, MMA, INTERP)
             s = s + _k_term(kv_ptr, ks_ptr, slot, kmask, 3, q3, sq3, DB, NB, MMA, INTERP)
-        _store_scores(s, w, keys, rend, rmask, obase, out_ptr, None, BLOCK_N, R, HEADS, LOG2_H, False)
+        x = tl.maximum(s, 0.0, propagate_nan=tl.PropagateNan.ALL)
+        v = _weighted_head_sum(x, w, BLOCK_N, R, HEADS, LOG2_H)
+        smask = (keys[:, None] < rend[None, :]) & rmask[None, :]
+        tl.store(out_ptr + obase[None, :] + keys[:, None], v, mask=smask)
 
 
 @triton.jit
@@ -340,7 +207,7 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
                       num_seqs, stride_w, stride_bt, stride_out, parts,
                       HEADS: tl.constexpr, LOG2_H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, PPB: tl.constexpr,
                       GATHER: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr,
-                      MMA: tl.constexpr, FOLD: tl.constexpr, MODE: tl.constexpr,
+                      MMA: tl.constexpr, MODE: tl.constexpr,
                       SEQ_P2: tl.constexpr, FLAT_OUT: tl.constexpr, INTERP: tl.constexpr):
     pid = tl.program_id(0)
     if MODE == MODE_PREFILL:
@@ -368,7 +235,7 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
             t1 = ((part + 1) * ntiles) // parts
             _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, oo_ptr,
                          stride_w, stride_bt, stride_out, b, r0, r1, t0, t1,
-                         HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FOLD, FLAT_OUT, INTERP)
+                         HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FLAT_OUT, INTERP)
             b += 1
             qa = qb
     else:
@@ -398,7 +265,7 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
                 r1 = tl.minimum(r0 + R, qb)
                 _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr,
                              oo_ptr, stride_w, stride_bt, stride_out, b, r0, r1, t0, t1,
-                             HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FOLD, FLAT_OUT, INTERP)
+                             HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FLAT_OUT, INTERP)
                 lo = (j + 1) * ntiles
             base += units
             b += 1
