@@ -4,8 +4,9 @@
 // Families (encode.h has the operand encodings):
 //   f16  two m16n8k16 FP16 MMAs a block (HMMA.16816.F32, native on sm_90);
 //   fp8  one m16n8k32 E4M3 MMA a block. sm_90 has no native FP8 mma.sync: ptxas lowers it to
-//        F2FP conversions of both operands + two HMMA.16816 per MMA, every tile, so f16 is the
-//        production family and fp8 is kept for the measurement the issue asks for.
+//        F2FP conversions of both operands + two HMMA.16816 per MMA, every tile. Its key tile
+//        is staged at a byte an element, and on the H200 it beat f16 on decode by 2-7%; f16
+//        with multi-row tiles won prefill (docs/opus-backend.md has the measurement).
 //
 // A CTA scores a row group (R rows of one sequence, all H heads) against 64-key tiles. Keys
 // sit on the MMA's M side (16 keys an m-tile; each warp owns MT m-tiles), columns on N (8 an

@@ -7,8 +7,9 @@
 //   arch    sm90 | gfx942 | gfx950  the target the body is written for
 //   family  f16  E2M1 encoded exactly in FP16 (encode.h): sm90 two mma.sync m16n8k16 a scale
 //                block, gfx942 two v_mfma_f32_16x16x16_f16 a scale block
-//           fp8  one FP8 E4M3 mma.sync m16n8k32 a scale block (sm_90 emulates it with
-//                conversions + FP16 MMAs; kept to measure against f16)
+//           fp8  one FP8 E4M3 mma.sync m16n8k32 a scale block (sm_90 lowers it to
+//                conversions + FP16 MMAs, yet it measured faster than f16 on decode:
+//                docs/opus-backend.md)
 //           mxf4 one scaled MFMA 32x32x64 a scale block on raw E2M1 operands, unit
 //                hardware scales (the E8M0 scales are applied on the VALU)
 //   rows    rows of one sequence per row group (they share every loaded key tile)
