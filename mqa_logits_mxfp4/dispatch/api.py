@@ -27,6 +27,20 @@ def config_from_tensors(q, kv_cache, block_tables, query_start_loc, out) -> MqaL
                                    max_qlen=max(rows, 1), max_seq_len=max(seq_len, 1))
 
 
+# Input signatures check_inputs accepted, per config: every check reads only dtypes, shapes,
+# strides and devices (never data), so a call whose signature passed before skips them. This
+# is most of the op's host time (docs/perf-notes.md).
+_ACCEPTED: dict[tuple, MqaLogitsConfig] = {}
+_ACCEPTED_MAX = 4096
+
+
+def _signature(cfg: MqaLogitsConfig, tensors) -> tuple | None:
+    try:
+        return (id(cfg), *[None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in tensors])
+    except AttributeError:  # not a tensor: the full checks name it
+        return None
+
+
 def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Tensor,
                      kv_scale: torch.Tensor, weights: torch.Tensor, block_tables: torch.Tensor,
                      query_start_loc: torch.Tensor, row_ends: torch.Tensor, *,
@@ -40,20 +54,31 @@ def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Ten
     query_start_loc [num_seqs + 1] int32, row_ends [rows] int32. Returns `out` (float32
     [rows, cfg.max_seq_len] filled with -inf outside windows when allocated here).
     """
-    q, q_scale = as_bytes("q", q), as_bytes("q_scale", q_scale)
-    kv_cache, kv_scale = as_bytes("kv_cache", kv_cache), as_bytes("kv_scale", kv_scale)
-    reject_permuted_layout(kv_cache)
-    if cfg is None:
-        cfg = config_from_tensors(q, kv_cache, block_tables, query_start_loc, out)
-    if out_offsets is not None and out is None:
-        raise InputError("out_offsets needs a caller-provided flat float32 out; got out=None")
-    alloc = out is None
-    if alloc:
-        out = torch.empty((q.shape[0] if q.dim() == 3 else 0, cfg.max_seq_len), dtype=torch.float32,
-                          device=cfg.device)
-    check_inputs(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
-                 row_ends, out, out_offsets)
     compiling = torch.compiler.is_compiling()
+    tensors = (q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends, out, out_offsets)
+    sig = None if compiling or cfg is None or out is None else _signature(cfg, tensors)
+    if sig is not None and sig in _ACCEPTED:  # these exact shapes, strides, dtypes and devices passed before
+        if not q.dtype == q_scale.dtype == kv_cache.dtype == kv_scale.dtype == torch.uint8:
+            q, q_scale, kv_cache, kv_scale = (as_bytes("", t) for t in (q, q_scale, kv_cache, kv_scale))
+        alloc = False
+    else:
+        q, q_scale = as_bytes("q", q), as_bytes("q_scale", q_scale)
+        kv_cache, kv_scale = as_bytes("kv_cache", kv_cache), as_bytes("kv_scale", kv_scale)
+        reject_permuted_layout(kv_cache)
+        if cfg is None:
+            cfg = config_from_tensors(q, kv_cache, block_tables, query_start_loc, out)
+        if out_offsets is not None and out is None:
+            raise InputError("out_offsets needs a caller-provided flat float32 out; got out=None")
+        alloc = out is None
+        if alloc:
+            out = torch.empty((q.shape[0] if q.dim() == 3 else 0, cfg.max_seq_len), dtype=torch.float32,
+                              device=cfg.device)
+        check_inputs(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
+                     row_ends, out, out_offsets)
+        if sig is not None:
+            if len(_ACCEPTED) >= _ACCEPTED_MAX:
+                _ACCEPTED.clear()
+            _ACCEPTED[sig] = cfg  # holds the config, so its id() is not reused while the entry lives
     if not compiling:  # traced tensors have no storage to compare, and the debug checks sync
         if schedule is not None:
             schedule.check(cfg, query_start_loc, row_ends)

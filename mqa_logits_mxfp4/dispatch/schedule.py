@@ -32,7 +32,7 @@ class MqaLogitsSchedule:
     sources: tuple
 
     def check(self, cfg: MqaLogitsConfig, query_start_loc: torch.Tensor, row_ends: torch.Tensor) -> None:
-        if cfg != self.cfg:
+        if cfg is not self.cfg and cfg != self.cfg:
             raise ScheduleError(f"schedule was built for another config: {self.cfg!r}; this call has {cfg!r}")
         now = (tensor_identity(query_start_loc), tensor_identity(row_ends))
         for name, built, got in zip(("query_start_loc", "row_ends"), self.sources, now):

@@ -81,6 +81,31 @@ def test_every_input_error_names_rule_and_value(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_errors_after_an_accepted_call_with_the_same_config(device, monkeypatch):
+    """The op remembers input signatures it accepted (dtypes, shapes, strides, devices) and skips
+    the checks for them: a bad input after a good call with the same config is still refused,
+    and a repeated good call does not re-run the checks."""
+    from mqa_logits_mxfp4.dispatch import api, registry
+    prob, cfg, out, args = _setup(device)
+    launches = []
+    monkeypatch.setattr(registry.get(cfg.backend), "launch", lambda *a, **k: launches.append(a[1]))
+    checked = []
+    real_check = api.check_inputs
+    monkeypatch.setattr(api, "check_inputs", lambda *a, **k: (checked.append(1), real_check(*a, **k)))
+    _call(args, cfg=cfg, out=out)
+    _call(args, cfg=cfg, out=out)
+    assert len(launches) == 2 and len(checked) == 1   # the second call's signature was accepted before
+    for name, repl, kw, fragment in _mutations(prob, cfg, out):
+        kw = {"cfg": cfg, "out": out, **kw}
+        with pytest.raises(InputError) as e:
+            _call({**args, **repl}, **kw)
+        assert fragment in str(e.value), f"{name}: {e.value}"
+    assert len(launches) == 2 and bool((out == POISON).all())
+    with pytest.raises(InputError, match="q must be a torch.Tensor; got list"):
+        _call({**args, "q": [1, 2]}, cfg=cfg, out=out)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_tensors_on_another_device(device):
     prob, cfg, out, args = _setup(device)
     if device == "cpu":
