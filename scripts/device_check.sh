@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: install, run the gpu-marked suite, then the benchmark.
-# Usage: bash scripts/device_check.sh [tests|bench|all]   (logs, CSV and PNG go to $OUT or ./device-out)
+# Usage: bash scripts/device_check.sh [tests|host|bench|all]   (logs, CSV and PNG go to $OUT or ./device-out)
 # BENCH_ARGS replaces the bench's default selection (--suite deepseek_v4 --quick), e.g.
 #   BENCH_ARGS="--suite deepseek_v4 --suite deepseek_v4_1 --quick --best"
 set -uo pipefail
@@ -18,6 +18,11 @@ rc=0
 echo "opus build: rc=$? ($(tail -4 "$out/opus_build.log" | tr '\n' ' '))"
 if [[ $what == tests || $what == all ]]; then
   python3 -m pytest -m gpu -q -n "${WORKERS:-8}" -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$out/pytest_gpu.log" | tail -40
+  rc=$((rc | ${PIPESTATUS[0]}))
+fi
+if [[ $what == host || $what == all ]]; then
+  # the op's host cost over the raw launch, and the schedule build's device time (issue 6, target 5)
+  python3 -m mqa_logits_mxfp4.tuning.host --json "$out/host.json" 2>&1 | tee "$out/host.log"
   rc=$((rc | ${PIPESTATUS[0]}))
 fi
 if [[ $what == bench || $what == all ]]; then
