@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from mqa_logits_mxfp4.backends.triton.instances import INSTANCES
-from mqa_logits_mxfp4.cli import EXPECTED_SPILLS, ISA_VARIANTS
+from mqa_logits_mxfp4.backends.triton.isa import EXPECTED_SPILLS, ISA_VARIANTS
 
 # (target, MMA kind as in backend._MMA: 0 fp8, 1 16-bit float, 2 dot_scaled) -> the only MMA
 # instructions allowed: a silent fallback (e.g. to mma.sync on Hopper) fails.
