@@ -21,7 +21,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def isolated_dispatch(monkeypatch, tmp_path_factory):
-    """No MQA_LOGITS_MXFP4_* from the caller, no shipped tables; caches dropped before and after."""
+    """No MQA_LOGITS_MXFP4_* from the caller, no shipped tables; caches dropped before and after.
+    Yields the monkeypatch, so a test can set variables of its own (mx.reload() to read them)."""
     import mqa_logits_mxfp4 as mx
     from mqa_logits_mxfp4.dispatch import env, table
 
@@ -29,5 +30,5 @@ def isolated_dispatch(monkeypatch, tmp_path_factory):
         monkeypatch.delenv(name)
     monkeypatch.setattr(table, "CONFIG_DIR", tmp_path_factory.mktemp("no_shipped_configs"))
     mx.reload()
-    yield
+    yield monkeypatch
     mx.reload()

@@ -30,7 +30,7 @@ from mqa_logits_mxfp4.backends.flydsl.backend import BACKEND
 from mqa_logits_mxfp4.backends.flydsl.instances import INSTANCES
 from mqa_logits_mxfp4.backends.flydsl.spec import MODES, check_matrix
 from mqa_logits_mxfp4.backends.flydsl.toolchain import PINNED_VERSION, find_lld, installed_version
-from mqa_logits_mxfp4.dispatch import env, registry, table
+from mqa_logits_mxfp4.dispatch import registry
 from mqa_logits_mxfp4.dispatch.config import ProblemKey
 
 CHECK = Path(__file__).with_name("flydsl_compile_check.py")
@@ -38,16 +38,6 @@ HAVE_FLYDSL = importlib.util.find_spec("flydsl") is not None
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
 needs_flydsl = pytest.mark.skipif(not HAVE_FLYDSL, reason="flydsl is not installed (pip install -e .[flydsl]); "
                                                           "CI installs it, so there these checks run")
-
-
-@pytest.fixture
-def isolated(monkeypatch, tmp_path_factory):
-    for name in [n for n in os.environ if n.startswith(env.PREFIX)]:
-        monkeypatch.delenv(name)
-    monkeypatch.setattr(table, "CONFIG_DIR", tmp_path_factory.mktemp("no_shipped_configs"))
-    mx.reload()
-    yield monkeypatch
-    mx.reload()
 
 
 def gfx950_key(**over) -> ProblemKey:
@@ -79,8 +69,8 @@ def test_available_names_what_is_missing_here():
 
 
 @runnable_here
-def test_pinning_flydsl_raises_with_that_reason(isolated):
-    isolated.setenv("MQA_LOGITS_MXFP4_BACKEND", "flydsl")
+def test_pinning_flydsl_raises_with_that_reason(isolated_dispatch):
+    isolated_dispatch.setenv("MQA_LOGITS_MXFP4_BACKEND", "flydsl")
     mx.reload()
     with pytest.raises(mx.PinnedBackendError) as e:
         mx.mqa_logits_mxfp4_config("cpu", heads=64, max_rows=4, max_seqs=2, max_seq_len=1024)
@@ -89,8 +79,8 @@ def test_pinning_flydsl_raises_with_that_reason(isolated):
 
 
 @runnable_here
-def test_pinning_a_flydsl_instance_raises_with_that_reason(isolated):
-    isolated.setenv("MQA_LOGITS_MXFP4_INSTANCE", "fly_h64_r1w4")
+def test_pinning_a_flydsl_instance_raises_with_that_reason(isolated_dispatch):
+    isolated_dispatch.setenv("MQA_LOGITS_MXFP4_INSTANCE", "fly_h64_r1w4")
     mx.reload()
     with pytest.raises(mx.PinnedBackendError) as e:
         mx.mqa_logits_mxfp4_config("cpu", heads=64, max_rows=4, max_seqs=2, max_seq_len=1024)
@@ -99,7 +89,7 @@ def test_pinning_a_flydsl_instance_raises_with_that_reason(isolated):
 
 @runnable_here
 @pytest.mark.skipif(not INTERPRETING, reason="a CPU config needs the Triton interpreter: TRITON_INTERPRET=1")
-def test_explain_lists_flydsl_with_its_reason(isolated):
+def test_explain_lists_flydsl_with_its_reason(isolated_dispatch):
     cfg = mx.mqa_logits_mxfp4_config("cpu", heads=64, max_rows=4, max_seqs=2, max_seq_len=1024)
     assert f"flydsl: {BACKEND.available()}" in cfg.explain()
 

@@ -28,7 +28,7 @@ import mqa_logits_mxfp4 as mx
 from mqa_logits_mxfp4.backends.opus import instances as opus_instances
 from mqa_logits_mxfp4.backends.opus import jit
 from mqa_logits_mxfp4.backends.opus.backend import BACKEND
-from mqa_logits_mxfp4.dispatch import env, registry, table, worksplit
+from mqa_logits_mxfp4.dispatch import registry, worksplit
 from mqa_logits_mxfp4.dispatch.config import ProblemKey
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -38,16 +38,6 @@ HOST_CHECK = Path(__file__).with_name("opus_host_check.cpp")
 CXX = shutil.which("g++") or shutil.which("c++")
 needs_cxx = pytest.mark.skipif(CXX is None, reason="no host C++ compiler (g++)")
 INSTANCES = opus_instances.INSTANCES
-
-
-@pytest.fixture
-def isolated(monkeypatch, tmp_path_factory):
-    for name in [n for n in __import__("os").environ if n.startswith(env.PREFIX)]:
-        monkeypatch.delenv(name)
-    monkeypatch.setattr(table, "CONFIG_DIR", tmp_path_factory.mktemp("no_shipped_configs"))
-    mx.reload()
-    yield monkeypatch
-    mx.reload()
 
 
 def sm90_key(**over) -> ProblemKey:
@@ -71,8 +61,8 @@ def test_available_names_what_is_missing_here():
         assert reason.check in ("device", "build", "install", "compiler")
 
 
-def test_pinning_opus_raises_with_that_reason(isolated):
-    isolated.setenv("MQA_LOGITS_MXFP4_BACKEND", "opus")
+def test_pinning_opus_raises_with_that_reason(isolated_dispatch):
+    isolated_dispatch.setenv("MQA_LOGITS_MXFP4_BACKEND", "opus")
     mx.reload()
     with pytest.raises(mx.PinnedBackendError) as e:
         mx.mqa_logits_mxfp4_config("cpu", heads=64, max_rows=4, max_seqs=2, max_seq_len=1024)
@@ -80,7 +70,7 @@ def test_pinning_opus_raises_with_that_reason(isolated):
     assert str(BACKEND.available()) in str(e.value)
 
 
-def test_explain_lists_opus_with_its_reason(isolated):
+def test_explain_lists_opus_with_its_reason(isolated_dispatch):
     if registry.get("triton").supports(sm90_key(device=torch.device("cpu"), arch="cpu")):
         pytest.skip("a CPU config needs the Triton interpreter: TRITON_INTERPRET=1")
     cfg = mx.mqa_logits_mxfp4_config("cpu", heads=64, max_rows=4, max_seqs=2, max_seq_len=1024)

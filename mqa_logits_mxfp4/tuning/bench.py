@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from .suites import Shape
-from .tuner import ShapeResult, Tuner, provenance
+from .tuner import ShapeResult, Tuner, measure_each, provenance
 
 COLUMNS = ("suite", "shape", "kind", "backend", "instance", "mode", "status", "us", "launch_us", "schedule_us",
            "layers", "GBps", "TFLOPs", "floor_us", "fraction", "bytes", "flops", "copy_GBps", "fp8_TFLOPs",
@@ -103,20 +103,14 @@ def bench(shapes: list[Shape], tuner: Tuner, ceil: dict, *, best_only: bool = Fa
     """Bench rows for `shapes` (CSV columns: COLUMNS); `ceil` from timing.ceilings on the same device."""
     prov = provenance(tuner.device)
     ceil_cols = {k: (f"{ceil[k]:.4g}" if k in ceil else "") for k in ("copy_GBps", "fp8_TFLOPs", "bf16_TFLOPs")}
-    rows = []
-    for shape in (progress(shapes) if progress else shapes):
-        work = {}
-        try:
-            result = tuner.measure(shape, on_problem=lambda p: work.update(problem_work(p)))
-        except Exception as e:  # e.g. out of memory: the row says so and the bench goes on
+    rows, works = [], {}
+    for shape, result, error in measure_each(tuner, shapes, progress,
+                                             lambda s, p: works.__setitem__(s.name, problem_work(p))):
+        if error is not None:  # e.g. out of memory: the row says so and the bench goes on
             rows.append(dict(suite=shape.suite, shape=shape.name, kind=shape.kind, status="error",
-                             note=f"{type(e).__name__}: {e}"[:500], **ceil_cols, **prov))
-            if tuner.device.type == "cuda":
-                torch.cuda.empty_cache()
+                             note=f"{type(error).__name__}: {error}"[:500], **ceil_cols, **prov))
             continue
-        report = getattr(progress, "report", None)
-        if report:
-            report(shape, result)
+        work = works.get(shape.name, {})
         rows += [dict(r, **ceil_cols, **prov) for r in shape_rows(shape, result, work, ceil, best_only)]
     return rows
 

@@ -371,6 +371,26 @@ class TuneSummary:
     failed: list[str] = field(default_factory=list)  # no candidate passed the check, or an error
 
 
+def measure_each(tuner: Tuner, shapes: list[Shape], progress=None, on_problem=None):
+    """(shape, result, None) for each shape, or (shape, None, error) when measuring it raised
+    (e.g. out of memory making the problem): the run goes on. `progress` wraps the iteration and
+    its optional `.report(shape, result)` hears each result; `on_problem(shape, problem)` sees
+    each problem made."""
+    report = getattr(progress, "report", None)
+    for shape in (progress(shapes) if progress else shapes):
+        hook = None if on_problem is None else (lambda p, s=shape: on_problem(s, p))
+        try:
+            result = tuner.measure(shape, on_problem=hook)
+        except Exception as e:
+            if tuner.device.type == "cuda":
+                torch.cuda.empty_cache()
+            yield shape, None, e
+            continue
+        if report:
+            report(shape, result)
+        yield shape, result, None
+
+
 def tune(shapes: list[Shape], output, tuner: Tuner, *, skip_files=(), progress=None) -> TuneSummary:
     """Tune every shape whose key is in neither `output` nor `skip_files`; append rows to `output`.
 
@@ -390,18 +410,11 @@ def tune(shapes: list[Shape], output, tuner: Tuner, *, skip_files=(), progress=N
         else:
             todo.append(s)
     prov = provenance(tuner.device)
-    for shape in (progress(todo) if progress else todo):
-        try:
-            result = tuner.measure(shape)
-        except Exception as e:  # e.g. out of memory making the problem: the run goes on, and says so
+    for shape, result, error in measure_each(tuner, todo, progress):
+        if error is not None:
             summary.failed.append(shape.name)
-            log.error("%s: not tuned: %s: %s", shape.name, type(e).__name__, e)
-            if tuner.device.type == "cuda":
-                torch.cuda.empty_cache()
+            log.error("%s: not tuned: %s: %s", shape.name, type(error).__name__, error)
             continue
-        report = getattr(progress, "report", None)
-        if report:
-            report(shape, result)
         if result.best is None:
             summary.failed.append(shape.name)
             log.error("%s: no candidate passed the check (%d rejected, %d skipped)", shape.name,
