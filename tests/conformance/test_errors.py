@@ -88,7 +88,9 @@ def test_errors_after_an_accepted_call_with_the_same_config(device, monkeypatch)
     from mqa_logits_mxfp4.dispatch import api, registry
     prob, cfg, out, args = _setup(device)
     launches = []
-    monkeypatch.setattr(registry.get(cfg.backend), "launch", lambda *a, **k: launches.append(a[1]))
+    # patched on the class: undoing a patch of the instance would leave a bound method behind on
+    # it, shadowing later tests' class-level patches
+    monkeypatch.setattr(type(registry.get(cfg.backend)), "launch", lambda self, *a, **k: launches.append(a[1]))
     checked = []
     real_check = api.check_inputs
     monkeypatch.setattr(api, "check_inputs", lambda *a, **k: (checked.append(1), real_check(*a, **k)))
