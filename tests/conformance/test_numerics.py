@@ -151,6 +151,30 @@ def test_flat_out_with_offsets(pair, mode, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("pair", CANDIDATES)
+def test_one_config_across_alignments_and_strides(pair, mode, device):
+    """Calls of one config whose tensors change alignment and strides between calls (an out 4
+    bytes past a 16-byte boundary with an odd row stride, weights with an odd row stride) give
+    the same bits as aligned, contiguous calls before and after them: launch caches (the Triton
+    backend's direct launch) must not reuse a kernel specialized on the first call's facts."""
+    need_device(device)
+    prob = build("v4_decode", device, seed=19)
+    cfg = config(prob, pair, mode)
+    base = run(prob, cfg, mode)
+    width = cfg.max_seq_len + 3
+    store = torch.full((1 + (prob.rows + 1) * width,), POISON, device=device)
+    odd_out = store[1:].view(prob.rows + 1, width)  # data_ptr % 16 == 4, row stride odd
+    wide = torch.zeros(prob.weights.shape[0], prob.heads + 1, dtype=prob.weights.dtype, device=device)
+    wide[:, :prob.heads] = prob.weights
+    odd = prob.__class__(**{**prob.__dict__, "weights": wide[:, :prob.heads]})
+    run(odd, cfg, mode, out=odd_out)
+    assert odd_out.data_ptr() % 16 != 0 and odd.weights.stride(0) % 16 != 0
+    assert torch.equal(odd_out, base)
+    assert torch.equal(run(prob, cfg, mode), base)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_allocated_out_is_minus_inf_outside_windows(device):
     need_device(device)
     prob = build("h16_prefill", device, seed=17)

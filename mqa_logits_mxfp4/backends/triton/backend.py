@@ -35,8 +35,19 @@ def build_records(inst: Instance, cfg, query_start_loc, row_ends, records) -> No
         R=inst.rows, BLOCK_N=inst.block_n, SEQ_P2=triton.next_power_of_2(cfg.max_seqs))
 
 
+# Launches after the first of a config go straight to the compiled kernel (`CompiledKernel[grid]`),
+# skipping JITFunction.run's argument binding and cache lookup: most of the Triton launch's host
+# time (docs/perf-notes.md). The key holds every fact Triton specializes a kernel on (pointer
+# 16-byte alignment; ints equal to 1, divisible by 16, 32-bit or not), so a cached kernel only
+# serves arguments that Triton's own lookup would map to it.
+_DIRECT_LAUNCH = hasattr(triton.compiler.CompiledKernel, "__getitem__")
+
+
 class TritonBackend:
     name = "triton"
+
+    def __init__(self):
+        self._compiled: dict[tuple, tuple] = {}
 
     def available(self) -> Reason | None:
         return None  # triton is a hard dependency; per-device rules live in supports()
@@ -78,21 +89,32 @@ class TritonBackend:
 
     def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
                query_start_loc, row_ends, out, out_offsets, records) -> None:
-        inst = self._instance(cfg.instance)
-        k = _kernels()
-        grid = cfg.prefill_grid if mode == "prefill" else (cfg.table_grid,)
         flat = out_offsets is not None
-        k.mqa_logits_kernel[grid](
-            q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
-            out, out_offsets if flat else row_ends, records if records is not None else row_ends,
-            query_start_loc.shape[0] - 1, weights.stride(0), block_tables.stride(0),
-            0 if flat else out.stride(0), cfg.prefill_grid[1],
-            HEADS=cfg.heads, LOG2_H=cfg.heads.bit_length() - 1, D=cfg.head_dim,
-            PAGE=cfg.page_size, PPB=cfg.pages_per_block, GATHER=cfg.gather, R=inst.rows,
-            BLOCK_N=inst.block_n, MMA=_MMA[inst.family], MODE=_MODE[mode],
-            SEQ_P2=triton.next_power_of_2(cfg.max_seqs) if mode == "free" else 1,  # Free only
-            FLAT_OUT=flat, INTERP=interpreting(),
+        pointers = (q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
+                    out, out_offsets if flat else row_ends, records if records is not None else row_ends)
+        ints = (query_start_loc.shape[0] - 1, weights.stride(0), block_tables.stride(0),
+                0 if flat else out.stride(0), cfg.prefill_grid[1])
+        grid = (*cfg.prefill_grid, 1) if mode == "prefill" else (cfg.table_grid, 1, 1)
+        key = (id(cfg), mode, flat, *[p.data_ptr() % 16 == 0 for p in pointers],
+               *[(v == 1, v % 16 == 0, -2**31 <= v < 2**31) for v in ints])
+        hit = self._compiled.get(key)
+        if hit is not None and hit[0] is cfg:
+            _, compiled, constexprs = hit
+            compiled[grid](*pointers, *ints, *constexprs)
+            return
+        inst = self._instance(cfg.instance)
+        interp = interpreting()
+        constexprs = (cfg.heads, cfg.heads.bit_length() - 1, cfg.head_dim, cfg.page_size, cfg.pages_per_block,
+                      cfg.gather, inst.rows, inst.block_n, _MMA[inst.family], _MODE[mode],
+                      triton.next_power_of_2(cfg.max_seqs) if mode == "free" else 1,  # SEQ_P2: Free only
+                      flat, interp)
+        compiled = _kernels().mqa_logits_kernel[grid](
+            *pointers, *ints, *constexprs,
             num_warps=inst.warps, num_stages=inst.stages, enable_fp_fusion=False)
+        if _DIRECT_LAUNCH and not interp:
+            if len(self._compiled) >= 1024:
+                self._compiled.clear()
+            self._compiled[key] = (cfg, compiled, constexprs)  # holds cfg, so its id() stays unique
 
     @staticmethod
     def _instance(name: str) -> Instance:

@@ -11,7 +11,7 @@
 // A CTA scores a row group (R rows of one sequence, all H heads) against 64-key tiles. Keys
 // sit on the MMA's M side (16 keys an m-tile; each warp owns MT m-tiles), columns on N (8 an
 // n-tile). Each key tile is loaded once (the next one is in flight in registers while the
-// current one is scored), converted to A fragments in shared memory, and serves every row of
+// current one is scored: its loads are issued first), converted to A fragments in shared memory, and serves every row of
 // the group; the group's query operands (B fragments), scales and weights are converted once
 // per group. Rows are scored one after another against the staged tile, so the accumulators
 // hold H columns, not R*H.
@@ -314,8 +314,12 @@ struct Scorer {
     for (int tile = p.t0; tile < t1; ++tile) {
       const int st = (tile - p.t0) & 1;
       const bool more = tile + 1 < t1;
+      // The next tile's loads are issued before this tile is scored, so their latency hides
+      // behind the scoring (issued after it, every tile waited a full DRAM round trip: the
+      // compiler may not move loads above the `out` stores, which could alias).
+      if (more) load_tile(tile + 1, regs);
       score_tile(st, tile);
-      if (more) { load_tile(tile + 1, regs); store_tile(regs, st ^ 1); }
+      if (more) store_tile(regs, st ^ 1);
       __syncthreads();
     }
   }

@@ -1,0 +1,49 @@
+"""Run one candidate on one suite shape a few times: the program `ncu` profiles.
+
+    ncu --clock-control none -k regex:mqa_logits --launch-skip 2 --launch-count 1 \
+        python3 scripts/profile_case.py core "decode mtp1 bs64 ctx32K" opus/sm90_fp8_r1w4/table
+
+Warm-up launches come first (compilation, schedule build), then `--calls` timed launches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from mqa_logits_mxfp4.dispatch import registry
+from mqa_logits_mxfp4.dispatch.select import make_config
+from mqa_logits_mxfp4.tuning import suites
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("suite")
+    p.add_argument("shape", help="exact shape name of the suite")
+    p.add_argument("candidate", help="backend/instance/mode")
+    p.add_argument("--calls", type=int, default=3)
+    a = p.parse_args(argv)
+    shape = next(s for s in suites.get_suite(a.suite).shapes() if s.name == a.shape)
+    backend_name, inst_name, mode = a.candidate.split("/")
+    device = torch.device("cuda", 0)
+    problem = shape.make(device)
+    key = shape.key(device)
+    be = registry.get(backend_name)
+    inst = next(i for i in be.instances() if i.name == inst_name)
+    cfg = make_config(key, be, inst, mode if mode != "table" else ("prefill" if shape.kind == "prefill" else "free"),
+                      "profile")
+    out = torch.empty((key.max_rows, key.max_seq_len), device=device)
+    records = cfg.schedule_buffers() if mode == "table" else None
+    if records is not None:
+        be.build_schedule(cfg, problem.query_start_loc, problem.row_ends, records)
+    for _ in range(1 + a.calls):
+        be.launch(cfg, mode, *problem.args(), out, None, records)
+    torch.cuda.synchronize()
+    print(f"{a.candidate} on {a.suite}/{a.shape}: {1 + a.calls} launches")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
