@@ -118,7 +118,7 @@ _SM90_ARGS = re.compile(r"mqa_logits_sm90ILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+
 _GFX_ARGS = re.compile(r"mqa_logits_gfx9\d\dILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
 # The MFMA each gfx body is written for (tests/test_opus_build.py asserts its count).
 GFX_MFMA = {"gfx942": "v_mfma_f32_16x16x16_f16", "gfx950": "v_mfma_scale_f32_32x32x64_f8f6f4"}
-FAMILY_CODE = {0: "f16", 1: "fp8"}
+FAMILY_CODE = {0: "f16", 1: "fp8", 2: "fold"}
 
 
 def compile_sm90(work: Path) -> dict:

@@ -87,11 +87,13 @@ def test_instances_are_registered_and_validated_only_where_they_ran():
         assert inst.validated_on == (("sm_90",) if inst.arches == ("sm_90",) else ())
         assert not inst.validated("gfx950") and not inst.validated("gfx942")
         assert inst.modes == ("table", "free", "prefill") and inst.block_n == 64
-        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|mxf4)_r\d+w\d+", inst.name)
+        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|fold|mxf4)_r\d+w\d+", inst.name)
         assert inst.name == f"{inst.arches[0].replace('_', '')}_{inst.family}_r{inst.rows}w{inst.warps}"
         assert all(inst.rows * h <= 256 for h in inst.heads)
         if inst.arches == ("gfx942",):   # 256 B of FP16 query operand a (row, head) in 64 KB of LDS
             assert all(inst.rows * h <= 128 for h in inst.heads) and inst.warps == 4
+        if inst.family == "fold":        # two query operands (folded and canonical) a group
+            assert all(inst.rows * h <= 128 for h in inst.heads)
         assert registry.find_instance(inst.name) == (BACKEND, inst)
     assert opus_instances.VALIDATED_ON["f16"] == ("sm_90",)
 
@@ -472,8 +474,10 @@ def test_sm90_kernels_compile_without_spills_on_their_mma():
         assert k["mma"] == ["HMMA.16816.F32"], what
         assert (k["f2fp"] > 0) == (k["family"] == "fp8"), what
         # peeled first block + the rolled loop of the other three: 2 copies x n-tiles x m-tiles x MMAs
+        # (fold: once for folded tiles and once for the canonical fallback)
         m_tiles = 4 // k["warps"]
-        assert k["hmma"] == 2 * (k["heads"] // 8) * m_tiles * 2, what
+        paths = 2 if k["family"] == "fold" else 1
+        assert k["hmma"] == paths * 2 * (k["heads"] // 8) * m_tiles * 2, what
 
 
 def test_gfx950_kernels_compile_to_the_scaled_mfma():

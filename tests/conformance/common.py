@@ -57,14 +57,16 @@ GEOMETRIES = {
 }
 
 
-def build(geometry: str, device: str, seed: int = 0, grow: int | None = None, **over):
-    """A random problem for a geometry: fresh data, scales spread over 40 exponents, 2 pad rows."""
+def build(geometry: str, device: str, seed: int = 0, grow: int | None = None,
+          scales: tuple[int, int] = (107, 147), **over):
+    """A random problem for a geometry: fresh data, scale bytes drawn from [scales) (by default
+    spread over 40 exponents), 2 pad rows."""
     spec = dict(GEOMETRIES[geometry], **over)
     grow = grow if grow is not None else (1 if device == "cpu" else 24)
     spec["seqs"] = [(ctx * grow, rows * (grow // 4 if rows > 4 and grow > 1 else 1))
                     for ctx, rows in spec["seqs"]]
     gen = torch.Generator().manual_seed(seed)
-    return make_problem(**spec, scale_exponents=(107, 147), pad_rows=2, table_pad=3,
+    return make_problem(**spec, scale_exponents=scales, pad_rows=2, table_pad=3,
                         generator=gen, device=device)
 
 

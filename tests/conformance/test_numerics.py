@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import mqa_logits_mxfp4 as mx
+from mqa_logits_mxfp4.dispatch import registry
 from mqa_logits_mxfp4.problems import EDGE_SOURCES, make_edge_problem
 from mqa_logits_mxfp4.reference import (Reference, compare_to_reference, gather_rows,
                                         mqa_logits_reference)
@@ -148,6 +149,60 @@ def test_flat_out_with_offsets(pair, mode, device):
         n = int(prob.row_ends[r])
         mask[int(offs[r]):int(offs[r]) + n] = False
     assert torch.equal(flat[mask], torch.full_like(flat[mask], POISON))
+
+
+# Scale regimes for the opus fold family's tile rule (docs/numerics.md, "Folded scales"): byte
+# ranges [lo, hi) of the query and key scales, each at one of the rule's limits.
+FOLD_REGIMES = {
+    "typical": ((116, 140), (116, 140)),
+    "key-max-242-pair-369": ((104, 128), (219, 243)),    # largest key byte and pair sum allowed
+    "key-max-51": ((110, 134), (27, 52)),                # smallest largest-key byte allowed
+    "pair-130": ((8, 33), (122, 147)),                   # smallest pair sum allowed
+}
+
+
+def plant_fold_limits(prob, lo: int, hi: int):
+    """Keys of sequence 0's first page with a block spread of exactly 24 (folds), keys of its
+    fifth page (another 64-key tile at page sizes <= 16) with 25 (that tile falls back), and
+    one head of the last live row with 25 (its row group falls back)."""
+    kv_scale, q_scale = prob.kv_scale.clone(), prob.q_scale.clone()
+    pages = prob.block_tables[0].tolist()
+    kv_scale[pages[0], :, 0], kv_scale[pages[0], :, 1] = hi - 1 - 24, hi - 1
+    if len(pages) > 4 and pages[4] >= 0:
+        kv_scale[pages[4], :, 0], kv_scale[pages[4], :, 2] = hi - 1 - 25, hi - 1
+    q_scale[prob.live_rows - 1, 5, 0], q_scale[prob.live_rows - 1, 5, 3] = lo, lo + 25
+    return prob.__class__(**{**prob.__dict__, "kv_scale": kv_scale, "q_scale": q_scale})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("regime", list(FOLD_REGIMES))
+@pytest.mark.parametrize("geometry", ["v4_decode", "v41_full", "h16_prefill"])
+def test_folded_tiles_bitwise_canonical(geometry, regime):
+    """Scales narrow enough for the opus fold family's folded tiles, at each limit of its tile
+    rule, with planted keys and heads on both sides of the spread limit: every opus instance
+    and the Triton fp8 path give the same bits in every mode, and they match the reference."""
+    if not torch.cuda.is_available() or registry.get("opus").available() is not None:
+        pytest.skip("the opus backend on a GPU runs the fold family")
+    (qlo, qhi), (klo, khi) = FOLD_REGIMES[regime]
+    prob = build(geometry, "cuda", seed=29, scales=(klo, khi))
+    gen = torch.Generator().manual_seed(31)
+    q_scale = torch.randint(qlo, qhi, prob.q_scale.shape, generator=gen, dtype=torch.int64).to(torch.uint8)
+    prob = plant_fold_limits(prob.__class__(**{**prob.__dict__, "q_scale": q_scale.to("cuda")}), qlo, khi)
+    pairs = [("opus", i.name) for i in registry.get("opus").instances()] + [("triton", "fp8_r1n64w4s2")]
+    outs = {}
+    for pair in pairs:
+        for mode in MODES:
+            try:
+                cfg = config(prob, pair, mode)
+            except pytest.skip.Exception:
+                continue
+            outs[f"{pair[1]}/{mode}"] = run(prob, cfg, mode)
+    assert any(name.startswith("sm90_fold") for name in outs), f"no fold instance ran: {list(outs)}"
+    first_name, first = next(iter(outs.items()))
+    for name, out in outs.items():
+        assert torch.equal(out, first), f"{name} differs from {first_name}"
+    ref = reference(prob, config(prob, pairs[-1], "free"))
+    assert compare_to_reference(first, ref) == []
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -17,7 +17,7 @@ HEAD_DIMS = (128,)
 # body have never run, so their instances self-check on first use. A family name may serve
 # several arches (f16: sm_90 and gfx942), so an instance counts as validated only on its own arch
 # (validated_on()).
-VALIDATED_ON: dict[str, tuple[str, ...]] = {"f16": ("sm_90",), "fp8": ("sm_90",), "mxf4": ()}
+VALIDATED_ON: dict[str, tuple[str, ...]] = {"f16": ("sm_90",), "fp8": ("sm_90",), "fold": (), "mxf4": ()}
 
 # (id, name, arch, family, rows, warps, keys a tile, stages, CTAs an SM, heads): registry.h's rows.
 REGISTRY = (
@@ -34,6 +34,9 @@ REGISTRY = (
     (10, "gfx942_f16_r1w4", "gfx942", "f16", 1, 4, 64, 2, 2, (16, 32, 64, 128)),
     (11, "gfx942_f16_r2w4", "gfx942", "f16", 2, 4, 64, 2, 2, (16, 32, 64)),
     (12, "gfx942_f16_r4w4", "gfx942", "f16", 4, 4, 64, 2, 2, (16, 32)),
+    (13, "sm90_fold_r1w4", "sm_90", "fold", 1, 4, 64, 2, 3, (16, 32, 64)),
+    (14, "sm90_fold_r2w4", "sm_90", "fold", 2, 4, 64, 2, 2, (16, 32, 64)),
+    (15, "sm90_fold_r4w4", "sm_90", "fold", 4, 4, 64, 2, 2, (16, 32)),
 )
 
 

@@ -7,6 +7,11 @@
 //        F2FP conversions of both operands + two HMMA.16816 per MMA, every tile. Its key tile
 //        is staged at a byte an element, and on the H200 it beat f16 on decode by 2-7%; f16
 //        with multi-row tiles won prefill (docs/opus-backend.md has the measurement).
+//   fold the f16 MMAs on operands that carry each block's scale relative to the largest of its
+//        key / head ("folded"), on the key tiles where that is exact and the canonical sum
+//        provably takes no rounding outside the normal range; then a cell costs 3 adds and
+//        2 multiplies instead of 4 x (2 multiplies + add). Other tiles run the f16 path. The
+//        proof that both give the canonical bits is docs/numerics.md's "Folded scales".
 //
 // A CTA scores a row group (R rows of one sequence, all H heads) against 64-key tiles. Keys
 // sit on the MMA's M side (16 keys an m-tile; each warp owns MT m-tiles), columns on N (8 an
@@ -31,7 +36,41 @@
 namespace opus {
 namespace sm90 {
 
-enum Family : int { kF16 = 0, kFp8 = 1 };
+enum Family : int { kF16 = 0, kFp8 = 1, kFold = 2 };
+
+// The fold family's tile rule (docs/numerics.md, "Folded scales"): scale bytes of a key's or a
+// head's four blocks span at most kFoldSpread, so every folded operand is a normal FP16 number;
+// a key's largest byte lies in [kFoldKeyLo, kFoldKeyHi] and a head's in [1, 254], so the
+// rescaling multiplies stay normal; and over the tile's keys and the group's heads the sums of a
+// key byte and a head byte lie in [kFoldPairLo, kFoldPairHi], so every canonical term and
+// partial sum is zero or a normal float.
+constexpr int kFoldSpread = 24;
+constexpr int kFoldKeyLo = 51, kFoldKeyHi = 242;
+constexpr int kFoldPairLo = 130, kFoldPairHi = 369;
+
+// Both halves of an FP16 pair times one FP16 factor, one rounding each (exact when the results
+// are normal).
+OPUS_DEV uint32_t hmul2_rn(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+// FP16 2^e in both halves, e in [-14, 15].
+OPUS_DEV uint32_t f16x2_pow2(int e) {
+  const uint32_t h = uint32_t(e + 15) << 10;
+  return h | (h << 16);
+}
+// Both halves of an FP16 pair times 2^e, e in [-28, 0], as two normal factors (exact when the
+// results are normal).
+OPUS_DEV uint32_t f16x2_ldexp(uint32_t w, int e) {
+  return hmul2_rn(hmul2_rn(w, f16x2_pow2(e / 2)), f16x2_pow2(e - e / 2));
+}
+OPUS_DEV int byte_min4(uint32_t b) {
+  return imin(imin(int(b & 0xFFu), int(b >> 8 & 0xFFu)), imin(int(b >> 16 & 0xFFu), int(b >> 24)));
+}
+OPUS_DEV int byte_max4(uint32_t b) {
+  return imax(imax(int(b & 0xFFu), int(b >> 8 & 0xFFu)), imax(int(b >> 16 & 0xFFu), int(b >> 24)));
+}
 
 template <int FAMILY>
 struct Mma;
@@ -56,6 +95,9 @@ struct Mma<kF16> {
     }
   }
 };
+
+template <>
+struct Mma<kFold> : Mma<kF16> {};  // fold tiles and the canonical fallback both run the f16 MMA
 
 template <>
 struct Mma<kFp8> {
@@ -85,9 +127,22 @@ struct Shape {
   static constexpr int A_WORDS = KM * AREGS * 32 + 1;
   static constexpr int CHUNKS = kBlockN * kScaleBlocks / THREADS;  // 16-byte loads a thread a tile
   static_assert(H % 16 == 0 && H <= 128, "heads: 16, 32, 64 or 128");
-  static_assert(R * H <= 256, "rows x heads <= 256: the group's query operands fit shared memory");
+  static_assert(R * H <= (FAMILY == kFold ? 128 : 256),
+                "rows x heads <= 256 (fold: 128, two query operands): they fit shared memory");
   static_assert(KM % WARPS == 0 && MT >= 1, "warps must split the 4 m-tiles of a key tile");
   static_assert(kBlockN * kScaleBlocks % THREADS == 0, "whole chunks per thread");
+};
+
+// The fold family's part of shared memory (empty for the others).
+template <int FAMILY, int R, int H, int WARPS>
+struct FoldSmem {};
+template <int R, int H, int WARPS>
+struct FoldSmem<kFold, R, H, WARPS> {
+  using S = Shape<kFold, R, H, WARPS>;
+  static_assert(S::BREGS == 4, "the f16 MMA's B fragment: 4 registers a block and n-tile");
+  uint4 qf[R][kScaleBlocks][S::NT][32];              // folded query operand, a lane's 4 B registers together
+  float2 qb[R][S::NT][4];                             // 2^(qmax_h - 127) of columns 2t, 2t+1
+  int qext[WARPS][3];                                 // per warp: least and largest byte, all heads fold
 };
 
 // Dynamic shared memory of one CTA (its size is smem_bytes() below).
@@ -102,6 +157,7 @@ struct Smem {
   long long obase[R];                                   // out offset of each row
   int rend[R];                                          // keys each row stores (0: a dead row)
   int range[4];                                         // Free mode: the CTA's unit range
+  FoldSmem<FAMILY, R, H, WARPS> fold;
 };
 
 template <int FAMILY, int R, int H, int WARPS>
@@ -111,6 +167,7 @@ template <int CHUNKS>
 struct TileRegs {  // one thread's share of the next key tile, between its load and its store
   uint4 data[CHUNKS];
   uint32_t scale[CHUNKS];
+  int kmax[CHUNKS];  // fold: the largest scale byte of the chunk's key
 };
 
 // In-register levels of the head tree: v[i] = v[i] + v[i + LEN/2] until one value is left.
@@ -128,12 +185,15 @@ struct Scorer {
   using S = Shape<FAMILY, R, H, WARPS>;
   using Sm = Smem<FAMILY, R, H, WARPS>;
   using M = Mma<FAMILY>;
+  static constexpr bool FOLD = FAMILY == kFold;
 
   const LaunchArgs& args;
   Sm& sm;
   int tid, lane, warp, g, tq;
   int r0, r1, gend;
   const int32_t* bt_row;
+  int q_lo = 0, q_hi = 0;   // fold: least and largest query scale byte of the group
+  bool q_fold = false;      // fold: every head of the group folds
 
   OPUS_DEV Scorer(const LaunchArgs& a, Sm& s) : args(a), sm(s) {
     tid = threadIdx.x;
@@ -182,6 +242,86 @@ struct Scorer {
       sm.w[r][t][slot] = row < r1 ? head_weight(args, row, h) : 0.0f;
     }
     if (tid < R) row_window(args, r0 + tid, r0 + tid < r1, sm.rend[tid], sm.obase[tid]);
+    if constexpr (FOLD) setup_fold();
+  }
+
+  // The group's scale bytes of (row, head), four blocks in one word (dead rows: 127s).
+  OPUS_DEV uint32_t q_scale_word(int row, int h) const {
+    return row < r1 ? *reinterpret_cast<const uint32_t*>(args.q_scale + ((long long)row * H + h) * kScaleBlocks)
+                    : 0x7F7F7F7Fu;
+  }
+
+  // Fold: the folded query operand (query * 2^13 * 2^(eq_b - qmax_h), normal FP16 when the head
+  // folds), each head's 2^(qmax_h - 127), and the group's byte range and fold verdict, per warp.
+  OPUS_DEV void setup_fold() {
+    int lo = 255, hi = 0, ok = 1;
+#pragma unroll 1
+    for (int idx = tid; idx < R * H; idx += S::THREADS) {
+      const int r = idx / H, h = idx % H;
+      const uint32_t bytes = q_scale_word(r0 + r, h);
+      const int mn = byte_min4(bytes), mx = byte_max4(bytes);
+      lo = imin(lo, mn);
+      hi = imax(hi, mx);
+      ok &= int(mx - mn <= kFoldSpread && mx >= 1 && mx <= 254);
+      const int slot = h >> 2;
+      reinterpret_cast<float*>(&sm.fold.qb[r][slot >> 1][h & 3])[slot & 1] = __uint_as_float(uint32_t(imax(mx, 1)) << 23);
+    }
+#pragma unroll 1
+    for (int idx = tid; idx < R * kScaleBlocks * S::NT * 32; idx += S::THREADS) {
+      const int l = idx & 31, j = (idx >> 5) % S::NT, blk = (idx / (32 * S::NT)) % kScaleBlocks;
+      const int r = idx / (32 * S::NT * kScaleBlocks);
+      const int n = l >> 2;
+      const int h = 4 * (2 * j + (n & 1)) + (n >> 1);
+      const int row = r0 + r;
+      const uint32_t bytes = q_scale_word(row, h);
+      const int d = imax(int(bytes >> (8 * blk) & 0xFFu) - byte_max4(bytes), -kFoldSpread);
+      const auto& w = sm.qf[r][blk][j];  // this thread wrote these words in setup_group's first loop
+      sm.fold.qf[r][blk][j][l] = make_uint4(f16x2_ldexp(w[0][l], d), f16x2_ldexp(w[1][l], d),
+                                            f16x2_ldexp(w[2][l], d), f16x2_ldexp(w[3][l], d));
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+      lo = imin(lo, warp_xor(lo, m));
+      hi = imax(hi, warp_xor(hi, m));
+      ok &= warp_xor(ok, m);
+    }
+    if (lane == 0) {
+      sm.fold.qext[warp][0] = lo;
+      sm.fold.qext[warp][1] = hi;
+      sm.fold.qext[warp][2] = ok;
+    }
+  }
+
+  // Fold: the group's verdict, after the barrier that ends stage_group.
+  OPUS_DEV void read_fold_group() {
+    q_lo = 255;
+    q_hi = 0;
+    int ok = 1;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      q_lo = imin(q_lo, sm.fold.qext[w][0]);
+      q_hi = imax(q_hi, sm.fold.qext[w][1]);
+      ok &= sm.fold.qext[w][2];
+    }
+    q_fold = ok != 0;
+  }
+
+  // Fold: whether the next tile (in regs) folds, the same answer in every thread (a barrier).
+  // The four chunks of a key sit in lanes 4i..4i+3, so the key's byte range is a quad reduction.
+  OPUS_DEV bool fold_tile(TileRegs<S::CHUNKS>& regs) const {
+    int ok = q_fold;
+#pragma unroll
+    for (int i = 0; i < S::CHUNKS; ++i) {
+      int mn = int(regs.scale[i]), mx = mn;
+      mn = imin(mn, warp_xor(mn, 1));
+      mx = imax(mx, warp_xor(mx, 1));
+      mn = imin(mn, warp_xor(mn, 2));
+      mx = imax(mx, warp_xor(mx, 2));
+      regs.kmax[i] = mx;
+      ok &= int(mx - mn <= kFoldSpread && mx >= kFoldKeyLo && mx <= kFoldKeyHi &&
+                mn + q_lo >= kFoldPairLo && mx + q_hi <= kFoldPairHi);
+    }
+    return __syncthreads_or(!ok) == 0;
   }
 
   // Global -> registers: chunk c = tid + THREADS*i is (key c/4, scale block c%4), 16 bytes.
@@ -230,6 +370,45 @@ struct Scorer {
     }
   }
 
+  // Fold: the key operand key * 2^11 * 2^(ek_b - kmax) -- the f16 encoding (key * 2^-13, normal)
+  // times 2^12 and then 2^(12 + ek_b - kmax), each product exact and normal -- and the key's
+  // 2^(kmax - 151) in sk.x (the 2^-24 undoes the operands' 2^11 * 2^13).
+  OPUS_DEV void store_tile_fold(const TileRegs<S::CHUNKS>& regs, int st) {
+#pragma unroll
+    for (int i = 0; i < S::CHUNKS; ++i) {
+      const int c = tid + S::THREADS * i, key = c >> 2, blk = c & 3;
+      const int mt = key >> 4, rr = key & 15, up = rr >> 3;
+      uint32_t* dst = sm.a[st] + blk * S::A_WORDS + mt * (S::AREGS * 32) + (rr & 7) * 4;
+      const uint32_t w4[4] = {regs.data[i].x, regs.data[i].y, regs.data[i].z, regs.data[i].w};
+      const uint32_t shift = f16x2_pow2(12 + int(regs.scale[i]) - regs.kmax[i]);
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        uint32_t o[S::BREGS];
+        M::key_word(w4[t], o);
+#pragma unroll
+        for (int k = 0; k < S::BREGS; ++k) o[k] = hmul2_rn(hmul2_rn(o[k], f16x2_pow2(12)), shift);
+#pragma unroll
+        for (int k = 0; k < S::MMAS; ++k) {
+          dst[(4 * k + up) * 32 + t] = o[2 * k];
+          dst[(4 * k + 2 + up) * 32 + t] = o[2 * k + 1];
+        }
+      }
+      if (blk == 0) sm.sk[st][key].x = __uint_as_float(uint32_t(regs.kmax[i] - 24) << 23);
+    }
+  }
+
+  // Stage the next tile: folded when it folds (fold family), else canonical. Returns the choice.
+  OPUS_DEV bool stage_tile(TileRegs<S::CHUNKS>& regs, int st) {
+    if constexpr (FOLD) {
+      if (fold_tile(regs)) {
+        store_tile_fold(regs, st);
+        return true;
+      }
+    }
+    store_tile(regs, st);
+    return false;
+  }
+
   // Steps 1-3 for row r, block blk: acc = (P * sk) * sq (FIRST) or acc + (P * sk) * sq.
   template <bool FIRST>
   OPUS_DEV void block_terms(int st, int r, int blk, float (&acc)[S::MT][S::NT][4]) const {
@@ -269,6 +448,52 @@ struct Scorer {
     for (int blk = 1; blk < kScaleBlocks; ++blk) block_terms<false>(st, r, blk, acc);  // left to right
   }
 
+  // Fold: S' = ((P'_0 + P'_1) + P'_2) + P'_3 of the folded partials, then s = (S' * A_key) * B_head:
+  // the canonical s bit for bit on a folding tile (docs/numerics.md, "Folded scales").
+  template <bool FIRST>
+  OPUS_DEV void fold_terms(int st, int r, int blk, float (&acc)[S::MT][S::NT][4]) const {
+    uint32_t af[S::MT][S::AREGS];
+#pragma unroll
+    for (int m = 0; m < S::MT; ++m) {
+      const int mt = warp * S::MT + m;
+#pragma unroll
+      for (int reg = 0; reg < S::AREGS; ++reg)
+        af[m][reg] = sm.a[st][blk * S::A_WORDS + (mt * S::AREGS + reg) * 32 + lane];
+    }
+#pragma unroll
+    for (int j = 0; j < S::NT; ++j) {
+      const uint4 b4 = sm.fold.qf[r][blk][j][lane];
+      const uint32_t bq[4] = {b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+      for (int m = 0; m < S::MT; ++m) {
+        float p[4];
+#pragma unroll
+        for (int k = 0; k < S::MMAS; ++k) M::run(p, &af[m][4 * k], &bq[2 * k], k == 0);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) acc[m][j][k] = FIRST ? p[k] : fadd_rn(acc[m][j][k], p[k]);
+      }
+    }
+  }
+
+  OPUS_DEV void fold_sums(int st, int r, float (&acc)[S::MT][S::NT][4]) const {
+    fold_terms<true>(st, r, 0, acc);
+#pragma unroll 1
+    for (int blk = 1; blk < kScaleBlocks; ++blk) fold_terms<false>(st, r, blk, acc);  // left to right
+#pragma unroll
+    for (int m = 0; m < S::MT; ++m) {
+      const int mt = warp * S::MT + m;
+      const float a_lo = sm.sk[st][mt * 16 + g].x, a_hi = sm.sk[st][mt * 16 + 8 + g].x;
+#pragma unroll
+      for (int j = 0; j < S::NT; ++j) {
+        const float2 b = sm.fold.qb[r][j][tq];
+        acc[m][j][0] = fmul_rn(fmul_rn(acc[m][j][0], a_lo), b.x);
+        acc[m][j][1] = fmul_rn(fmul_rn(acc[m][j][1], a_lo), b.y);
+        acc[m][j][2] = fmul_rn(fmul_rn(acc[m][j][2], a_hi), b.x);
+        acc[m][j][3] = fmul_rn(fmul_rn(acc[m][j][3], a_hi), b.y);
+      }
+    }
+  }
+
   // Steps 4-5 for one key row (kr: g or g + 8) of m-tile m: relu, the halving head tree.
   OPUS_DEV float head_sum(const float (&acc)[S::MT][S::NT][4], int m, int kr, int r) const {
     float v[S::HQ / 2];
@@ -284,14 +509,21 @@ struct Scorer {
     return fadd_rn(x, warp_xor(x, 1));            // heads h and h + 1
   }
 
-  OPUS_DEV void score_tile(int st, int tile) const {
+  OPUS_DEV void score_tile(int st, int tile, bool folded) const {
 #pragma unroll 1
     for (int r = 0; r < R; ++r) {
       const int end = sm.rend[r];
       if (tile * kBlockN >= end) continue;  // uniform: every thread reads the same value
       const long long base = sm.obase[r];
       float acc[S::MT][S::NT][4];
-      block_sums(st, r, acc);
+      if constexpr (FOLD) {
+        if (folded)
+          fold_sums(st, r, acc);
+        else
+          block_sums(st, r, acc);
+      } else {
+        block_sums(st, r, acc);
+      }
 #pragma unroll
       for (int m = 0; m < S::MT; ++m) {
 #pragma unroll
@@ -307,9 +539,10 @@ struct Scorer {
   OPUS_DEV void score_piece(const Piece& p) {
     const int t1 = stage_group<R>(*this, p, sm.rend);
     if (p.t0 >= t1) return;
+    if constexpr (FOLD) read_fold_group();
     TileRegs<S::CHUNKS> regs;
     load_tile(p.t0, regs);
-    store_tile(regs, 0);
+    bool folded = stage_tile(regs, 0);
     __syncthreads();
     for (int tile = p.t0; tile < t1; ++tile) {
       const int st = (tile - p.t0) & 1;
@@ -318,9 +551,11 @@ struct Scorer {
       // behind the scoring (issued after it, every tile waited a full DRAM round trip: the
       // compiler may not move loads above the `out` stores, which could alias).
       if (more) load_tile(tile + 1, regs);
-      score_tile(st, tile);
-      if (more) store_tile(regs, st ^ 1);
+      score_tile(st, tile, folded);
+      bool next = false;
+      if (more) next = stage_tile(regs, st ^ 1);
       __syncthreads();
+      folded = next;
     }
   }
 };

@@ -48,9 +48,11 @@ thread_local opus_error_t last_error = opus_success;
 #if OPUS_HIP
 #define OPUS_FAMILY_f16 0
 #define OPUS_FAMILY_fp8 0
+#define OPUS_FAMILY_fold 0
 #else
 #define OPUS_FAMILY_f16 sm90::kF16
 #define OPUS_FAMILY_fp8 sm90::kFp8
+#define OPUS_FAMILY_fold sm90::kFold
 #endif
 #define OPUS_FAMILY_mxf4 0
 

@@ -10,6 +10,9 @@
 //           fp8  one FP8 E4M3 mma.sync m16n8k32 a scale block (sm_90 lowers it to
 //                conversions + FP16 MMAs, yet it measured faster than f16 on decode:
 //                docs/opus-backend.md)
+//           fold sm90 f16 MMAs on operands carrying each block's scale relative to the
+//                largest of its key / head, where that is exact (docs/numerics.md, "Folded
+//                scales"); the f16 path elsewhere. rows x heads <= 128 (two query operands)
 //           mxf4 one scaled MFMA 32x32x64 a scale block on raw E2M1 operands, unit
 //                hardware scales (the E8M0 scales are applied on the VALU)
 //   rows    rows of one sequence per row group (they share every loaded key tile)
@@ -38,7 +41,10 @@
   X(9, gfx950_mxf4_r8w2,   gfx950, mxf4, 8, 2, 64, 2, 2, 0x3)                  \
   X(10, gfx942_f16_r1w4,   gfx942, f16,  1, 4, 64, 2, 2, 0xF)                  \
   X(11, gfx942_f16_r2w4,   gfx942, f16,  2, 4, 64, 2, 2, 0x7)                  \
-  X(12, gfx942_f16_r4w4,   gfx942, f16,  4, 4, 64, 2, 2, 0x3)
+  X(12, gfx942_f16_r4w4,   gfx942, f16,  4, 4, 64, 2, 2, 0x3)                  \
+  X(13, sm90_fold_r1w4,    sm90,   fold, 1, 4, 64, 2, 3, 0x7)                  \
+  X(14, sm90_fold_r2w4,    sm90,   fold, 2, 4, 64, 2, 2, 0x7)                  \
+  X(15, sm90_fold_r4w4,    sm90,   fold, 4, 4, 64, 2, 2, 0x3)
 
 // Page sizes every instance serves (keys are gathered one by one through the table).
 #define OPUS_PAGE_SIZES {8, 16, 32, 64, 128}
