@@ -124,9 +124,10 @@ def test_instance_rules(name, over, reason):
 def test_default_rule_per_arch():
     decode = BACKEND.ranked_picks(sm90_key(max_qlen=2))
     assert decode[0][0].name == "sm90_fp8_r1w4" and {m for _, m in decode} == {"free"}
-    assert decode[1][0].name == "sm90_f16_r2w4"   # the FP16 body: the fewest rows that hold MTP 2
+    assert decode[1][0].name == "sm90_fold_r2w4"  # then the fold body: the fewest rows that hold MTP 2
     prefill = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, pages_per_block=32, max_qlen=4096, max_rows=4096))
-    assert prefill[0] == (next(i for i in INSTANCES if i.name == "sm90_f16_r8w4"), "prefill")
+    assert prefill[0] == (next(i for i in INSTANCES if i.name == "sm90_fold_r4w4"), "prefill")  # fold: rows x heads <= 128
+    assert [i.family for i, _ in prefill][:4] == ["fold", "fold", "fold", "f16"]
     gather = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, gather=True))
     assert {i.rows for i, _ in gather} == {1}
     assert BACKEND.ranked_picks(sm90_key(arch="gfx950"))[0][0].name == "gfx950_mxf4_r2w2"

@@ -20,10 +20,11 @@ from .instances import INSTANCES, ctas_for_heads, from_registry, registry_id
 
 ARCHES = ("sm_90", "gfx942", "gfx950")          # the targets csrc/ has bodies for
 _MODE = {"table": 0, "free": 1, "prefill": 2}
-# Per-arch family order of the default rule. sm_90 (H200, docs/opus-backend.md): the FP8 body was
-# faster on every decode shape measured, the FP16 body (multi-row tiles) on prefill.
-# gfx942 and gfx950 have one family each (never measured).
-_FAMILY_ORDER = {"sm_90": (("fp8", "f16"), ("f16", "fp8")), "gfx942": (("f16",), ("f16",)),
+# Per-arch family order of the default rule (decode, prefill). sm_90 (H200, docs/opus-backend.md):
+# the FP8 body was fastest on one-row decode, the fold body (two-row tiles) on MTP 4 decode with
+# 16+ sequences and on prefill, ahead of the FP16 body. gfx942 and gfx950 have one family each
+# (never measured).
+_FAMILY_ORDER = {"sm_90": (("fp8", "fold", "f16"), ("fold", "f16", "fp8")), "gfx942": (("f16",), ("f16",)),
                  "gfx950": (("mxf4",), ("mxf4",))}
 
 

@@ -13,11 +13,11 @@ BACKEND = "opus"
 PAGE_SIZES = (8, 16, 32, 64, 128)
 HEAD_DIMS = (128,)
 # Arches where this project has executed the family against the reference: the sm_90 families
-# passed the whole conformance suite on an H200 (2026-11-30); mxf4 (gfx950) and the gfx942 f16
+# passed the whole conformance suite on an H200 (2026-11-30; fold also its folded-tile test); mxf4 (gfx950) and the gfx942 f16
 # body have never run, so their instances self-check on first use. A family name may serve
 # several arches (f16: sm_90 and gfx942), so an instance counts as validated only on its own arch
 # (validated_on()).
-VALIDATED_ON: dict[str, tuple[str, ...]] = {"f16": ("sm_90",), "fp8": ("sm_90",), "fold": (), "mxf4": ()}
+VALIDATED_ON: dict[str, tuple[str, ...]] = {"f16": ("sm_90",), "fp8": ("sm_90",), "fold": ("sm_90",), "mxf4": ()}
 
 # (id, name, arch, family, rows, warps, keys a tile, stages, CTAs an SM, heads): registry.h's rows.
 REGISTRY = (
