@@ -154,8 +154,26 @@ def compile_sm90(work: Path) -> dict:
                 kernels[name]["hmma"] = sum(o.startswith("HMMA") for o in ops)
                 kernels[name]["f2fp"] = sum(o.startswith("F2FP") for o in ops)
                 kernels[name]["local"] = sum(o.startswith(("LDL", "STL")) for o in ops)
+                kernels[name]["loop_local"] = _local_in_mma_loops(block)
     rec["kernels"] = kernels
     return rec
+
+
+def _local_in_mma_loops(block: str) -> int:
+    """LDL/STL instructions inside the tile loop: the smallest loop (a backward branch's range)
+    that holds every HMMA, where a spill costs every tile rather than once a piece."""
+    ins = [(int(a, 16), op) for a, op in re.findall(
+        r"^\s+/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*[^;]*);", block, re.M)]
+    mma = [a for a, o in ins if o.startswith("HMMA")]
+    loops = []
+    for addr, op in ins:
+        m = re.match(r"BRA (?:\S+ )?(0x[0-9a-f]+)", op)
+        if m and int(m.group(1), 16) < addr and mma and int(m.group(1), 16) <= min(mma) and max(mma) <= addr:
+            loops.append((addr - int(m.group(1), 16), int(m.group(1), 16), addr))
+    if not loops:
+        return 0
+    _, lo, hi = min(loops)
+    return sum(lo <= a <= hi and o.startswith(("LDL", "STL")) for a, o in ins)
 
 
 def compile_gfx(arch: str, work: Path) -> dict:

@@ -127,8 +127,7 @@ struct Shape {
   static constexpr int A_WORDS = KM * AREGS * 32 + 1;
   static constexpr int CHUNKS = kBlockN * kScaleBlocks / THREADS;  // 16-byte loads a thread a tile
   static_assert(H % 16 == 0 && H <= 128, "heads: 16, 32, 64 or 128");
-  static_assert(R * H <= (FAMILY == kFold ? 128 : 256),
-                "rows x heads <= 256 (fold: 128, two query operands): they fit shared memory");
+  static_assert(R * H <= 256, "rows x heads <= 256: the group's query operands fit shared memory");
   static_assert(KM % WARPS == 0 && MT >= 1, "warps must split the 4 m-tiles of a key tile");
   static_assert(kBlockN * kScaleBlocks % THREADS == 0, "whole chunks per thread");
 };
@@ -139,10 +138,9 @@ struct FoldSmem {};
 template <int R, int H, int WARPS>
 struct FoldSmem<kFold, R, H, WARPS> {
   using S = Shape<kFold, R, H, WARPS>;
-  static_assert(S::BREGS == 4, "the f16 MMA's B fragment: 4 registers a block and n-tile");
-  uint4 qf[R][kScaleBlocks][S::NT][32];              // folded query operand, a lane's 4 B registers together
-  float2 qb[R][S::NT][4];                             // 2^(qmax_h - 127) of columns 2t, 2t+1
-  int qext[WARPS][3];                                 // per warp: least and largest byte, all heads fold
+  float2 qb[R][S::NT][4];                  // 2^(qmax_h - 127) of columns 2t, 2t+1
+  float2 uq[R][kScaleBlocks][S::NT][4];    // 2^(qmax_h - eq_b): undoes the fold on fallback tiles
+  int qext[WARPS][3];                      // per warp: least and largest byte, all heads fold
 };
 
 // Dynamic shared memory of one CTA (its size is smem_bytes() below).
@@ -151,7 +149,7 @@ struct Smem {
   using S = Shape<FAMILY, R, H, WARPS>;
   uint32_t a[2][kScaleBlocks * S::A_WORDS];             // staged key operand, two stages
   float4 sk[2][kBlockN];                                // key scales, [key][block]
-  uint32_t qf[R][kScaleBlocks][S::NT][S::BREGS][32];    // query operand, [row][block][n-tile][reg][lane]
+  alignas(16) uint32_t qf[R * kScaleBlocks * S::NT * 32 * S::BREGS];  // query operand (qf_at() has the layout)
   float2 sq[R][kScaleBlocks][S::NT][4];                 // query scales of columns 2t, 2t+1
   float w[R][4][S::HQ + 1];                             // weights, [row][t][slot] (+1: no bank conflict)
   long long obase[R];                                   // out offset of each row
@@ -186,14 +184,20 @@ struct Scorer {
   using Sm = Smem<FAMILY, R, H, WARPS>;
   using M = Mma<FAMILY>;
   static constexpr bool FOLD = FAMILY == kFold;
+  // The query operand's word (row r, block blk, n-tile j, lane l, register k). fold keeps a
+  // lane's registers together (one 16-byte load; folded in place when the group folds); the
+  // other families keep [register][lane] (the vector layout cost them registers and spills).
+  static constexpr bool LANE_MAJOR_B = FOLD;
+  OPUS_DEV static int qf_at(int r, int blk, int j, int l, int k) {
+    const int base = ((r * kScaleBlocks + blk) * S::NT + j) * 32 * S::BREGS;
+    return base + (LANE_MAJOR_B ? l * S::BREGS + k : k * 32 + l);
+  }
 
   const LaunchArgs& args;
   Sm& sm;
   int tid, lane, warp, g, tq;
   int r0, r1, gend;
   const int32_t* bt_row;
-  int q_lo = 0, q_hi = 0;   // fold: least and largest query scale byte of the group
-  bool q_fold = false;      // fold: every head of the group folds
 
   OPUS_DEV Scorer(const LaunchArgs& a, Sm& s) : args(a), sm(s) {
     tid = threadIdx.x;
@@ -219,7 +223,7 @@ struct Scorer {
       uint32_t o[S::BREGS];
       M::query_word(word, o);
 #pragma unroll
-      for (int k = 0; k < S::BREGS; ++k) sm.qf[r][blk][j][k][l] = o[k];
+      for (int k = 0; k < S::BREGS; ++k) sm.qf[qf_at(r, blk, j, l, k)] = o[k];
     }
 #pragma unroll 1  // setup runs once a group: keep its registers out of the peak
     for (int idx = tid; idx < R * kScaleBlocks * S::NT * 4; idx += S::THREADS) {
@@ -251,8 +255,10 @@ struct Scorer {
                     : 0x7F7F7F7Fu;
   }
 
-  // Fold: the folded query operand (query * 2^13 * 2^(eq_b - qmax_h), normal FP16 when the head
-  // folds), each head's 2^(qmax_h - 127), and the group's byte range and fold verdict, per warp.
+  // Fold: each head's 2^(qmax_h - 127), the group's byte range and fold verdict (every head's
+  // bytes span at most kFoldSpread and its largest lies in [1, 254]); then, when the group folds,
+  // the query operand in place as query * 2^13 * 2^(eq_b - qmax_h) (normal FP16) and the factors
+  // 2^(qmax_h - eq_b) that give fallback tiles the canonical partials back (exact).
   OPUS_DEV void setup_fold() {
     int lo = 255, hi = 0, ok = 1;
 #pragma unroll 1
@@ -266,19 +272,6 @@ struct Scorer {
       const int slot = h >> 2;
       reinterpret_cast<float*>(&sm.fold.qb[r][slot >> 1][h & 3])[slot & 1] = __uint_as_float(uint32_t(imax(mx, 1)) << 23);
     }
-#pragma unroll 1
-    for (int idx = tid; idx < R * kScaleBlocks * S::NT * 32; idx += S::THREADS) {
-      const int l = idx & 31, j = (idx >> 5) % S::NT, blk = (idx / (32 * S::NT)) % kScaleBlocks;
-      const int r = idx / (32 * S::NT * kScaleBlocks);
-      const int n = l >> 2;
-      const int h = 4 * (2 * j + (n & 1)) + (n >> 1);
-      const int row = r0 + r;
-      const uint32_t bytes = q_scale_word(row, h);
-      const int d = imax(int(bytes >> (8 * blk) & 0xFFu) - byte_max4(bytes), -kFoldSpread);
-      const auto& w = sm.qf[r][blk][j];  // this thread wrote these words in setup_group's first loop
-      sm.fold.qf[r][blk][j][l] = make_uint4(f16x2_ldexp(w[0][l], d), f16x2_ldexp(w[1][l], d),
-                                            f16x2_ldexp(w[2][l], d), f16x2_ldexp(w[3][l], d));
-    }
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) {
       lo = imin(lo, warp_xor(lo, m));
@@ -290,26 +283,56 @@ struct Scorer {
       sm.fold.qext[warp][1] = hi;
       sm.fold.qext[warp][2] = ok;
     }
+    __syncthreads();  // uniform: setup_group runs in every thread
+    if (!fold_group().ok) return;
+#pragma unroll 1
+    for (int idx = tid; idx < R * kScaleBlocks * S::NT * 32; idx += S::THREADS) {
+      const int l = idx & 31, j = (idx >> 5) % S::NT, blk = (idx / (32 * S::NT)) % kScaleBlocks;
+      const int r = idx / (32 * S::NT * kScaleBlocks);
+      const int n = l >> 2;
+      const int h = 4 * (2 * j + (n & 1)) + (n >> 1);
+      const uint32_t bytes = q_scale_word(r0 + r, h);
+      const int d = int(bytes >> (8 * blk) & 0xFFu) - byte_max4(bytes);  // [-kFoldSpread, 0]
+#pragma unroll
+      for (int k = 0; k < S::BREGS; ++k)  // this thread wrote these words in setup_group's first loop
+        sm.qf[qf_at(r, blk, j, l, k)] = f16x2_ldexp(sm.qf[qf_at(r, blk, j, l, k)], d);
+    }
+#pragma unroll 1
+    for (int idx = tid; idx < R * kScaleBlocks * S::NT * 4; idx += S::THREADS) {
+      const int t = idx & 3, j = (idx >> 2) % S::NT, blk = (idx / (4 * S::NT)) % kScaleBlocks;
+      const int r = idx / (4 * S::NT * kScaleBlocks);
+      float v[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const uint32_t bytes = q_scale_word(r0 + r, 4 * (2 * j + e) + t);
+        v[e] = __uint_as_float(uint32_t(127 + byte_max4(bytes) - int(bytes >> (8 * blk) & 0xFFu)) << 23);
+      }
+      sm.fold.uq[r][blk][j][t] = make_float2(v[0], v[1]);
+    }
   }
 
-  // Fold: the group's verdict, after the barrier that ends stage_group.
-  OPUS_DEV void read_fold_group() {
-    q_lo = 255;
-    q_hi = 0;
-    int ok = 1;
+  // Fold: the group's query byte range and verdict, from the per-warp slots (after the barrier
+  // in setup_fold; read again where needed rather than held in registers for the whole piece).
+  struct FoldGroup {
+    int lo, hi;
+    bool ok;
+  };
+  OPUS_DEV FoldGroup fold_group() const {
+    FoldGroup fg{255, 0, true};
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) {
-      q_lo = imin(q_lo, sm.fold.qext[w][0]);
-      q_hi = imax(q_hi, sm.fold.qext[w][1]);
-      ok &= sm.fold.qext[w][2];
+      fg.lo = imin(fg.lo, sm.fold.qext[w][0]);
+      fg.hi = imax(fg.hi, sm.fold.qext[w][1]);
+      fg.ok = fg.ok && sm.fold.qext[w][2] != 0;
     }
-    q_fold = ok != 0;
+    return fg;
   }
 
   // Fold: whether the next tile (in regs) folds, the same answer in every thread (a barrier).
   // The four chunks of a key sit in lanes 4i..4i+3, so the key's byte range is a quad reduction.
   OPUS_DEV bool fold_tile(TileRegs<S::CHUNKS>& regs) const {
-    int ok = q_fold;
+    const FoldGroup q = fold_group();
+    int ok = q.ok;
 #pragma unroll
     for (int i = 0; i < S::CHUNKS; ++i) {
       int mn = int(regs.scale[i]), mx = mn;
@@ -319,7 +342,7 @@ struct Scorer {
       mx = imax(mx, warp_xor(mx, 2));
       regs.kmax[i] = mx;
       ok &= int(mx - mn <= kFoldSpread && mx >= kFoldKeyLo && mx <= kFoldKeyHi &&
-                mn + q_lo >= kFoldPairLo && mx + q_hi <= kFoldPairHi);
+                mn + q.lo >= kFoldPairLo && mx + q.hi <= kFoldPairHi);
     }
     return __syncthreads_or(!ok) == 0;
   }
@@ -409,8 +432,21 @@ struct Scorer {
     return false;
   }
 
+  // The lane's B registers of (row r, block blk, n-tile j).
+  OPUS_DEV void load_b(int r, int blk, int j, uint32_t (&bq)[S::BREGS]) const {
+    if constexpr (LANE_MAJOR_B && S::BREGS == 4) {
+      const uint4 v = *reinterpret_cast<const uint4*>(&sm.qf[qf_at(r, blk, j, lane, 0)]);
+      bq[0] = v.x; bq[1] = v.y; bq[2] = v.z; bq[3] = v.w;
+    } else {
+#pragma unroll
+      for (int k = 0; k < S::BREGS; ++k) bq[k] = sm.qf[qf_at(r, blk, j, lane, k)];
+    }
+  }
+
   // Steps 1-3 for row r, block blk: acc = (P * sk) * sq (FIRST) or acc + (P * sk) * sq.
-  template <bool FIRST>
+  // UNFOLD (fold family, a folding group on a fallback tile): the MMA gives P * 2^(eq_b - qmax_h),
+  // and one exact multiply by uq gives P back before the canonical terms.
+  template <bool FIRST, bool UNFOLD>
   OPUS_DEV void block_terms(int st, int r, int blk, float (&acc)[S::MT][S::NT][4]) const {
     uint32_t af[S::MT][S::AREGS];
     float k_lo[S::MT], k_hi[S::MT];
@@ -426,14 +462,21 @@ struct Scorer {
 #pragma unroll
     for (int j = 0; j < S::NT; ++j) {
       uint32_t bq[S::BREGS];
-#pragma unroll
-      for (int k = 0; k < S::BREGS; ++k) bq[k] = sm.qf[r][blk][j][k][lane];
+      load_b(r, blk, j, bq);
       const float2 qs = sm.sq[r][blk][j][tq];
+      float2 uq = make_float2(1.0f, 1.0f);
+      if constexpr (UNFOLD) uq = sm.fold.uq[r][blk][j][tq];
 #pragma unroll
       for (int m = 0; m < S::MT; ++m) {
         float p[4];
 #pragma unroll
         for (int k = 0; k < S::MMAS; ++k) M::run(p, &af[m][4 * k], &bq[2 * k], k == 0);
+        if constexpr (UNFOLD) {
+          p[0] = fmul_rn(p[0], uq.x);
+          p[1] = fmul_rn(p[1], uq.y);
+          p[2] = fmul_rn(p[2], uq.x);
+          p[3] = fmul_rn(p[3], uq.y);
+        }
         const float tv[4] = {fmul_rn(fmul_rn(p[0], k_lo[m]), qs.x), fmul_rn(fmul_rn(p[1], k_lo[m]), qs.y),
                              fmul_rn(fmul_rn(p[2], k_hi[m]), qs.x), fmul_rn(fmul_rn(p[3], k_hi[m]), qs.y)};
 #pragma unroll
@@ -442,10 +485,11 @@ struct Scorer {
     }
   }
 
+  template <bool UNFOLD>
   OPUS_DEV void block_sums(int st, int r, float (&acc)[S::MT][S::NT][4]) const {
-    block_terms<true>(st, r, 0, acc);
+    block_terms<true, UNFOLD>(st, r, 0, acc);
 #pragma unroll 1
-    for (int blk = 1; blk < kScaleBlocks; ++blk) block_terms<false>(st, r, blk, acc);  // left to right
+    for (int blk = 1; blk < kScaleBlocks; ++blk) block_terms<false, UNFOLD>(st, r, blk, acc);  // left to right
   }
 
   // Fold: S' = ((P'_0 + P'_1) + P'_2) + P'_3 of the folded partials, then s = (S' * A_key) * B_head:
@@ -462,8 +506,8 @@ struct Scorer {
     }
 #pragma unroll
     for (int j = 0; j < S::NT; ++j) {
-      const uint4 b4 = sm.fold.qf[r][blk][j][lane];
-      const uint32_t bq[4] = {b4.x, b4.y, b4.z, b4.w};
+      uint32_t bq[S::BREGS];
+      load_b(r, blk, j, bq);
 #pragma unroll
       for (int m = 0; m < S::MT; ++m) {
         float p[4];
@@ -519,10 +563,12 @@ struct Scorer {
       if constexpr (FOLD) {
         if (folded)
           fold_sums(st, r, acc);
+        else if (fold_group().ok)
+          block_sums<true>(st, r, acc);
         else
-          block_sums(st, r, acc);
+          block_sums<false>(st, r, acc);
       } else {
-        block_sums(st, r, acc);
+        block_sums<false>(st, r, acc);
       }
 #pragma unroll
       for (int m = 0; m < S::MT; ++m) {
@@ -539,7 +585,6 @@ struct Scorer {
   OPUS_DEV void score_piece(const Piece& p) {
     const int t1 = stage_group<R>(*this, p, sm.rend);
     if (p.t0 >= t1) return;
-    if constexpr (FOLD) read_fold_group();
     TileRegs<S::CHUNKS> regs;
     load_tile(p.t0, regs);
     bool folded = stage_tile(regs, 0);

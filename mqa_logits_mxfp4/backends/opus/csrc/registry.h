@@ -42,9 +42,9 @@
   X(10, gfx942_f16_r1w4,   gfx942, f16,  1, 4, 64, 2, 2, 0xF)                  \
   X(11, gfx942_f16_r2w4,   gfx942, f16,  2, 4, 64, 2, 2, 0x7)                  \
   X(12, gfx942_f16_r4w4,   gfx942, f16,  4, 4, 64, 2, 2, 0x3)                  \
-  X(13, sm90_fold_r1w4,    sm90,   fold, 1, 4, 64, 2, 3, 0x7)                  \
-  X(14, sm90_fold_r2w4,    sm90,   fold, 2, 4, 64, 2, 2, 0x7)                  \
-  X(15, sm90_fold_r4w4,    sm90,   fold, 4, 4, 64, 2, 2, 0x3)
+  X(13, sm90_fold_r1w4,    sm90,   fold, 1, 4, 64, 2, 4, 0x7)                  \
+  X(14, sm90_fold_r2w4,    sm90,   fold, 2, 4, 64, 2, 3, 0x7)                  \
+  X(15, sm90_fold_r4w4,    sm90,   fold, 4, 4, 64, 2, 3, 0x3)
 
 // Page sizes every instance serves (keys are gathered one by one through the table).
 #define OPUS_PAGE_SIZES {8, 16, 32, 64, 128}
