@@ -6,6 +6,7 @@
 set -uo pipefail
 out=${OUT:-device-out}; mkdir -p "$out"
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache} PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # scripts/profile_case.py imports the package from the tree
 unset TRITON_INTERPRET
 suite=$1 shape=$2; shift 2
 rc=0
