@@ -372,6 +372,11 @@ struct Scorer {
   // Registers -> stage `st` as A fragments. Key (m-tile mt, row rr of 16) belongs to lane
   // (rr % 8) * 4 + t for word t of each block; MMA k of the block takes registers
   // 4k + (rr / 8) [first k half] and 4k + 2 + (rr / 8) [second k half].
+  // FOLDED (fold family): the key operand is key * 2^11 * 2^(ek_b - kmax) -- the f16 encoding
+  // (key * 2^-13, normal) times 2^12 and then 2^(12 + ek_b - kmax), each product exact and
+  // normal -- and sk.x holds the key's 2^(kmax - 151) (the 2^-24 undoes the operands' 2^11 * 2^13);
+  // otherwise sk holds the four block scales.
+  template <bool FOLDED>
   OPUS_DEV void store_tile(const TileRegs<S::CHUNKS>& regs, int st) {
 #pragma unroll
     for (int i = 0; i < S::CHUNKS; ++i) {
@@ -379,44 +384,26 @@ struct Scorer {
       const int mt = key >> 4, rr = key & 15, up = rr >> 3;
       uint32_t* dst = sm.a[st] + blk * S::A_WORDS + mt * (S::AREGS * 32) + (rr & 7) * 4;
       const uint32_t w4[4] = {regs.data[i].x, regs.data[i].y, regs.data[i].z, regs.data[i].w};
+      const uint32_t shift = FOLDED ? f16x2_pow2(12 + int(regs.scale[i]) - regs.kmax[i]) : 0u;
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
         uint32_t o[S::BREGS];
         M::key_word(w4[t], o);
+        if constexpr (FOLDED) {
+#pragma unroll
+          for (int k = 0; k < S::BREGS; ++k) o[k] = hmul2_rn(hmul2_rn(o[k], f16x2_pow2(12)), shift);
+        }
 #pragma unroll
         for (int k = 0; k < S::MMAS; ++k) {
           dst[(4 * k + up) * 32 + t] = o[2 * k];
           dst[(4 * k + 2 + up) * 32 + t] = o[2 * k + 1];
         }
       }
-      reinterpret_cast<float*>(&sm.sk[st][key])[blk] = e8m0_to_f32(regs.scale[i]);
-    }
-  }
-
-  // Fold: the key operand key * 2^11 * 2^(ek_b - kmax) -- the f16 encoding (key * 2^-13, normal)
-  // times 2^12 and then 2^(12 + ek_b - kmax), each product exact and normal -- and the key's
-  // 2^(kmax - 151) in sk.x (the 2^-24 undoes the operands' 2^11 * 2^13).
-  OPUS_DEV void store_tile_fold(const TileRegs<S::CHUNKS>& regs, int st) {
-#pragma unroll
-    for (int i = 0; i < S::CHUNKS; ++i) {
-      const int c = tid + S::THREADS * i, key = c >> 2, blk = c & 3;
-      const int mt = key >> 4, rr = key & 15, up = rr >> 3;
-      uint32_t* dst = sm.a[st] + blk * S::A_WORDS + mt * (S::AREGS * 32) + (rr & 7) * 4;
-      const uint32_t w4[4] = {regs.data[i].x, regs.data[i].y, regs.data[i].z, regs.data[i].w};
-      const uint32_t shift = f16x2_pow2(12 + int(regs.scale[i]) - regs.kmax[i]);
-#pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        uint32_t o[S::BREGS];
-        M::key_word(w4[t], o);
-#pragma unroll
-        for (int k = 0; k < S::BREGS; ++k) o[k] = hmul2_rn(hmul2_rn(o[k], f16x2_pow2(12)), shift);
-#pragma unroll
-        for (int k = 0; k < S::MMAS; ++k) {
-          dst[(4 * k + up) * 32 + t] = o[2 * k];
-          dst[(4 * k + 2 + up) * 32 + t] = o[2 * k + 1];
-        }
+      if constexpr (FOLDED) {
+        if (blk == 0) sm.sk[st][key].x = __uint_as_float(uint32_t(regs.kmax[i] - 24) << 23);
+      } else {
+        reinterpret_cast<float*>(&sm.sk[st][key])[blk] = e8m0_to_f32(regs.scale[i]);
       }
-      if (blk == 0) sm.sk[st][key].x = __uint_as_float(uint32_t(regs.kmax[i] - 24) << 23);
     }
   }
 
@@ -424,11 +411,11 @@ struct Scorer {
   OPUS_DEV bool stage_tile(TileRegs<S::CHUNKS>& regs, int st) {
     if constexpr (FOLD) {
       if (fold_tile(regs)) {
-        store_tile_fold(regs, st);
+        store_tile<true>(regs, st);
         return true;
       }
     }
-    store_tile(regs, st);
+    store_tile<false>(regs, st);
     return false;
   }
 
