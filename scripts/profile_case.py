@@ -14,8 +14,8 @@ import sys
 import torch
 
 from mqa_logits_mxfp4.dispatch import registry
-from mqa_logits_mxfp4.dispatch.select import make_config
 from mqa_logits_mxfp4.tuning import suites
+from mqa_logits_mxfp4.tuning.tuner import Candidate, candidate_runner
 
 
 def main(argv=None) -> int:
@@ -27,20 +27,19 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     shape = next(s for s in suites.get_suite(a.suite).shapes() if s.name == a.shape)
     backend_name, inst_name, mode = a.candidate.split("/")
-    device = torch.device("cuda", 0)
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")  # cpu: TRITON_INTERPRET=1
     problem = shape.make(device)
     key = shape.key(device)
     be = registry.get(backend_name)
-    inst = next(i for i in be.instances() if i.name == inst_name)
-    cfg = make_config(key, be, inst, mode if mode != "table" else ("prefill" if shape.kind == "prefill" else "free"),
-                      "profile")
+    cand = Candidate(be, next(i for i in be.instances() if i.name == inst_name), mode)
     out = torch.empty((key.max_rows, key.max_seq_len), device=device)
-    records = cfg.schedule_buffers() if mode == "table" else None
-    if records is not None:
-        be.build_schedule(cfg, problem.query_start_loc, problem.row_ends, records)
+    launch, build = candidate_runner(cand, key, problem, out)
+    if build is not None:
+        build()
     for _ in range(1 + a.calls):
-        be.launch(cfg, mode, *problem.args(), out, None, records)
-    torch.cuda.synchronize()
+        launch()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     print(f"{a.candidate} on {a.suite}/{a.shape}: {1 + a.calls} launches")
     return 0
 

@@ -75,6 +75,25 @@ def candidates(key, backends=None, instances=None, modes=None) -> tuple[list[Can
     return found, skipped
 
 
+def candidate_runner(cand: Candidate, key, problem, out):
+    """(launch, build or None): the candidate's backend called directly on `problem`, its inputs
+    checked once here; build (Table mode) writes the schedule records launch reads."""
+    from ..dispatch.checks import check_inputs
+    from ..dispatch.select import make_config
+    free_mode = cand.mode if cand.mode != "table" else ("free" if key.max_qlen <= DECODE_MAX_QLEN else "prefill")
+    cfg = make_config(key, cand.backend, cand.instance, free_mode, "tuner")
+    args = problem.args()
+    check_inputs(cfg, *args, out, None)
+    records = cfg.schedule_buffers() if cand.mode == "table" else None
+
+    def launch():
+        cand.backend.launch(cfg, cand.mode, *args, out, None, records)
+
+    if records is None:
+        return launch, None
+    return launch, lambda: cand.backend.build_schedule(cfg, problem.query_start_loc, problem.row_ends, records)
+
+
 # --- the reference check --------------------------------------------------------------------
 
 def _bands(ends: list[int], per_key: int, budget: int, count: int = 4) -> list[tuple[int, int]]:
@@ -215,23 +234,6 @@ class Tuner:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def _runner(self, cand: Candidate, key, problem, out):
-        """(launch, build or None): the backend called directly, inputs checked once here."""
-        from ..dispatch.checks import check_inputs
-        from ..dispatch.select import make_config
-        free_mode = cand.mode if cand.mode != "table" else ("free" if key.max_qlen <= DECODE_MAX_QLEN else "prefill")
-        cfg = make_config(key, cand.backend, cand.instance, free_mode, "tuner")
-        args = problem.args()
-        check_inputs(cfg, *args, out, None)
-        records = cfg.schedule_buffers() if cand.mode == "table" else None
-
-        def launch():
-            cand.backend.launch(cfg, cand.mode, *args, out, None, records)
-
-        if records is None:
-            return launch, None
-        return launch, lambda: cand.backend.build_schedule(cfg, problem.query_start_loc, problem.row_ends, records)
-
     def _time(self, cand: Candidate, launch, build, layers: int, best: float) -> Timed:
         probe = self.timer(launch, cand.label, min(3, self.iters), 1)
         est = _median(probe)
@@ -297,7 +299,7 @@ class Tuner:
         runners, first_out, best = {}, None, math.inf
         for cand in cands:
             try:
-                launch, build = self._runner(cand, key, problem, out)
+                launch, build = candidate_runner(cand, key, problem, out)
                 out.fill_(float("-inf"))
                 if build:
                     build()
