@@ -60,6 +60,18 @@ class Problem:
         return replace(self, **moved)
 
 
+# Scale layouts a benchmark or tuning problem draws (make_problem keyword arguments):
+#   realistic: a key's or head's four block scales within 2 of each other, around bytes over 30
+#              binades -- the layout of MXFP4 of Gaussian-like (Hadamard-rotated) activations,
+#              which the fast paths of non-canonical instances serve (docs/numerics.md);
+#   wide:      every scale byte uniform over 24 binades, so nearly every vector spans many: the
+#              canonical paths' case.
+DATA_KINDS = {
+    "realistic": dict(scale_exponents=(112, 142), block_spread=2),
+    "wide": dict(scale_exponents=(116, 140)),
+}
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -76,13 +88,16 @@ def _row_windows(seqs: Sequence[tuple[int, int]], ratio: int) -> list[list[int]]
 
 def make_problem(*, heads: int = 64, head_dim: int = 128, page_size: int = 64, pages_per_block: int = 1,
                  gather: bool = False, seqs: Sequence[tuple[int, int]], ratio: int = 1,
-                 scale_exponents: tuple[int, int] = (116, 140), weights_dtype: torch.dtype = torch.float32,
-                 pad_rows: int = 0, table_pad: int = 0, generator: torch.Generator | None = None,
-                 device="cpu") -> Problem:
+                 scale_exponents: tuple[int, int] = (116, 140), block_spread: int | None = None,
+                 weights_dtype: torch.dtype = torch.float32, pad_rows: int = 0, table_pad: int = 0,
+                 generator: torch.Generator | None = None, device="cpu") -> Problem:
     """A random problem; seqs lists (context_tokens, rows) per sequence.
 
     E2M1 bytes are uniform over 0..255, E8M0 bytes uniform over [lo, hi) of scale_exponents,
-    weights randn. A missing generator means seed 0.
+    weights randn. `block_spread` (an int s) draws a key's or head's four scale bytes within s of
+    each other instead, around a base uniform over [lo, hi - s): the layout of quantized
+    Gaussian-like activations, whose block scales differ by a few binades within a 128-vector
+    but widely across vectors. A missing generator means seed 0.
     """
     if head_dim % BLOCK:
         raise ValueError(f"head_dim must be a multiple of {BLOCK}; got {head_dim}")
@@ -134,11 +149,18 @@ def make_problem(*, heads: int = 64, head_dim: int = 128, page_size: int = 64, p
     for ends in seq_ends:
         qsl.append(qsl[-1] + len(ends))
     num_pages = num_blocks * pages_per_block
+
+    def scales(shape):
+        if block_spread is None:
+            return randint(hi, shape, lo).to(torch.uint8)
+        base = randint(hi - block_spread, shape[:-1] + (1,), lo)
+        return (base + randint(block_spread + 1, shape)).to(torch.uint8)
+
     problem = Problem(
         q=randint(256, (rows, heads, head_dim // 2)).to(torch.uint8),
-        q_scale=randint(hi, (rows, heads, head_dim // BLOCK), lo).to(torch.uint8),
+        q_scale=scales((rows, heads, head_dim // BLOCK)),
         kv_cache=randint(256, (num_pages, page_size, head_dim // 2)).to(torch.uint8),
-        kv_scale=randint(hi, (num_pages, page_size, head_dim // BLOCK), lo).to(torch.uint8),
+        kv_scale=scales((num_pages, page_size, head_dim // BLOCK)),
         weights=torch.randn(rows, heads, generator=g).to(weights_dtype),
         block_tables=table.to(torch.int32),
         query_start_loc=torch.tensor(qsl, dtype=torch.int32),
@@ -166,18 +188,21 @@ _HIGH_Q, _HIGH_K = 231, 229  # 2^104 * 2^102: every nonzero partial overflows, P
 
 def make_edge_problem(*, heads: int = 64, head_dim: int = 128, page_size: int = 64, pages_per_block: int = 1,
                       gather: bool = False, weights_dtype: torch.dtype = torch.float32,
-                      context: int | None = None, generator: torch.Generator | None = None,
-                      device="cpu") -> Problem:
+                      context: int | None = None, block_spread: int | None = None,
+                      generator: torch.Generator | None = None, device="cpu") -> Problem:
     """One sequence per EDGE_SOURCES entry, each with 2 rows over ~3 pages of keys (ratio 1).
 
-    Every source sits on row 0 of its sequence and keys 0..2, which both rows see.
+    Every source sits on row 0 of its sequence and keys 0..2, which both rows see. With
+    `block_spread` the other scales are drawn as make_problem draws them with it (narrow spreads
+    within a vector, around bytes 100..160).
     """
     context = context if context is not None else 3 * page_size - 3
     if context < 4:
         raise ValueError(f"make_edge_problem needs a context of at least 4 tokens; got {context}")
+    narrow = dict(scale_exponents=(100, 160), block_spread=block_spread) if block_spread is not None else {}
     p = make_problem(heads=heads, head_dim=head_dim, page_size=page_size, pages_per_block=pages_per_block,
                      gather=gather, seqs=[(context, 2)] * len(EDGE_SOURCES), weights_dtype=weights_dtype,
-                     generator=generator)
+                     generator=generator, **narrow)
     row = {name: 2 * b for b, name in enumerate(EDGE_SOURCES)}
     half_block = BLOCK // 2  # packed bytes per scale block
 

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "mqa_logits_mxfp4" / "backends" / "opus" / "csrc"
 KERNELS = CSRC / "kernels.cu"
 CLANG_NAMES = ("clang++-22", "clang++")
-NVCC_FLAGS = ["-std=c++17", "-O3", "--fmad=false", "-gencode=arch=compute_90,code=sm_90", "-Xptxas", "-v"]
+NVCC_FLAGS = ["-std=c++17", "-O3", "--fmad=false", "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v"]
 HIP_FLAGS = ["-x", "hip", "-std=c++17", "-O3", "-ffp-contract=off", "--cuda-device-only", "-S"]
 
 
@@ -115,6 +115,7 @@ def rocm_tree(clang: str, where: Path) -> Path:
 
 
 _SM90_ARGS = re.compile(r"mqa_logits_sm90ILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
+_SM90_I8_ARGS = re.compile(r"mqa_logits_sm90_i8ILi(\d+)ELi(\d+)ELi(\d+)E")  # rows, heads, consumer warpgroups
 _GFX_ARGS = re.compile(r"mqa_logits_gfx9\d\dILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
 # The MFMA each gfx body is written for (tests/test_opus_build.py asserts its count).
 GFX_MFMA = {"gfx942": "v_mfma_f32_16x16x16_f16", "gfx950": "v_mfma_scale_f32_32x32x64_f8f6f4"}
@@ -133,12 +134,17 @@ def compile_sm90(work: Path) -> dict:
     if p.returncode:
         return rec
     kernels = {}
-    for m in re.finditer(r"Compiling entry function '(\S+)' for 'sm_90'\n(?:ptxas info\s+: Function properties for \S+\n)?"
+    for m in re.finditer(r"Compiling entry function '(\S+)' for 'sm_90a'\n(?:ptxas info\s+: Function properties for \S+\n)?"
                          r"\s+(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads\n"
                          r"ptxas info\s+: Used (\d+) registers", p.stderr):
-        a = _SM90_ARGS.search(m.group(1))
-        fam, rows, heads, warps, ctas = (int(x) for x in a.groups())
-        kernels[m.group(1)] = dict(family=FAMILY_CODE[fam], rows=rows, heads=heads, warps=warps, ctas=ctas,
+        a, i8 = _SM90_ARGS.search(m.group(1)), _SM90_I8_ARGS.search(m.group(1))
+        if a:
+            fam, rows, heads, warps, ctas = (int(x) for x in a.groups())
+            family = FAMILY_CODE[fam]
+        else:  # the wgmma body: one producer warpgroup and CONS consumer warpgroups, one CTA an SM
+            rows, heads, cons = (int(x) for x in i8.groups())
+            family, warps, ctas = "i8", 4 * (1 + cons), 1
+        kernels[m.group(1)] = dict(family=family, rows=rows, heads=heads, warps=warps, ctas=ctas,
                                    registers=int(m.group(5)), stack=int(m.group(2)), spill_stores=int(m.group(3)),
                                    spill_loads=int(m.group(4)))
     cuobjdump = find_cuobjdump()
@@ -152,23 +158,27 @@ def compile_sm90(work: Path) -> dict:
                 ops = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", block, re.M)
                 kernels[name]["mma"] = sorted({o for o in ops if "MMA" in o})
                 kernels[name]["hmma"] = sum(o.startswith("HMMA") for o in ops)
+                kernels[name]["igmma"] = sum(o.startswith("IGMMA") for o in ops)
+                kernels[name]["gmma"] = sorted(set(re.findall(r"\b([A-Z]GMMA\.[0-9x]+\.[A-Z0-9.]+)", block)))
                 kernels[name]["f2fp"] = sum(o.startswith("F2FP") for o in ops)
                 kernels[name]["local"] = sum(o.startswith(("LDL", "STL")) for o in ops)
-                kernels[name]["loop_local"] = _local_in_mma_loops(block)
+                kernels[name]["loop_local"] = _local_in_loops(block, ("HMMA", "IGMMA"))
+                kernels[name]["producer_loop_local"] = _local_in_loops(block, ("LDGSTS",))
     rec["kernels"] = kernels
     return rec
 
 
-def _local_in_mma_loops(block: str) -> int:
-    """LDL/STL instructions inside the tile loop: the smallest loop (a backward branch's range)
-    that holds every HMMA, where a spill costs every tile rather than once a piece."""
+def _local_in_loops(block: str, marks: tuple[str, ...]) -> int:
+    """LDL/STL instructions inside the smallest loop (a backward branch's range) that holds every
+    instruction starting with one of `marks` (the MMAs: the tile loop; LDGSTS: the producer's
+    stage loop), where a spill costs every tile rather than once a piece."""
     ins = [(int(a, 16), op) for a, op in re.findall(
         r"^\s+/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*[^;]*);", block, re.M)]
-    mma = [a for a, o in ins if o.startswith("HMMA")]
+    hits = [a for a, o in ins if o.startswith(marks)]
     loops = []
     for addr, op in ins:
         m = re.match(r"BRA (?:\S+ )?(0x[0-9a-f]+)", op)
-        if m and int(m.group(1), 16) < addr and mma and int(m.group(1), 16) <= min(mma) and max(mma) <= addr:
+        if m and int(m.group(1), 16) < addr and hits and int(m.group(1), 16) <= min(hits) and max(hits) <= addr:
             loops.append((addr - int(m.group(1), 16), int(m.group(1), 16), addr))
     if not loops:
         return 0

@@ -3,6 +3,7 @@
 //   opus_host_check registry     the C++ instance registry as JSON (one object a line)
 //   opus_host_check encodings    each E2M1 code's fp8 / f16 operand bits, and word-level dot
 //                                products through the k-slot split both operands share
+//   opus_host_check i8           every code's INT8 operand at every shift, one element a byte
 //   opus_host_check fastdiv      failures of fast_div against `/` over many (n, d)
 //   opus_host_check worksplit    reads cases from stdin, prints every program's pieces
 //   opus_host_check checks       the launcher's message for a valid call and for mutations
@@ -18,6 +19,7 @@
 #include "checks.h"
 #include "encode.h"
 #include "fastdiv.h"
+#include "i8_encode.h"
 #include "registry.h"
 #include "worksplit.h"
 
@@ -103,6 +105,39 @@ static int cmd_encodings() {
     }
   }
   std::printf("{\"words\": %d, \"bad_words\": %d}\n", words, bad);
+  return 0;
+}
+
+// The INT8 operand of every code at every shift, through i8_word with the code at each of the
+// word's 8 positions and random neighbours: "got" lists the byte values seen, "bad" counts
+// mismatches against 2 * E2M1 * 2^d.
+static int cmd_i8() {
+  std::mt19937 rng(4321);
+  long long checked = 0, bad = 0;
+  for (int d = 0; d < 4; ++d) {
+    const I8Table t = i8_table(d);
+    for (uint32_t c = 0; c < 16; ++c) {
+      int got = 0;
+      for (int pos = 0; pos < 8; ++pos)
+        for (int it = 0; it < 64; ++it) {
+          const uint32_t x = (rng() & ~(0xFu << (4 * pos))) | (c << (4 * pos));
+          uint32_t lo, hi;
+          i8_word(x, t, lo, hi);
+          for (int e = 0; e < 8; ++e) {
+            const int byte = (int)(int8_t)((e < 4 ? lo : hi) >> (8 * (e & 3)) & 0xFFu);
+            const int want = e2m1_x2(x >> (4 * e) & 15u) * (1 << d);
+            ++checked;
+            if (byte != want) {
+              if (bad < 5) std::fprintf(stderr, "i8 d=%d x=%08x element %d: %d, want %d\n", d, x, e, byte, want);
+              ++bad;
+            }
+            if (e == pos) got = byte;
+          }
+        }
+      std::printf("{\"shift\": %d, \"code\": %u, \"value\": %d}\n", d, c, got);
+    }
+  }
+  std::printf("{\"checked\": %lld, \"bad\": %lld}\n", checked, bad);
   return 0;
 }
 
@@ -292,6 +327,7 @@ int main(int argc, char** argv) {
   if (cmd == "registry") return cmd_registry();
   if (cmd == "encodings") return cmd_encodings();
   if (cmd == "fastdiv") return cmd_fastdiv();
+  if (cmd == "i8") return cmd_i8();
   if (cmd == "worksplit") return cmd_worksplit();
   if (cmd == "checks") return cmd_checks();
   std::fprintf(stderr, "unknown command %s\n", cmd.c_str());

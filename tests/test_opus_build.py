@@ -82,12 +82,13 @@ def test_instances_are_registered_and_validated_only_where_they_ran():
     names = [i.name for i in BACKEND.instances()]
     assert len(set(names)) == len(names) and {"sm90_f16_r1w4", "gfx950_mxf4_r1w2", "gfx942_f16_r1w4"} <= set(names)
     for inst in BACKEND.instances():
-        # sm_90 passed the conformance suite on an H200; nothing AMD has ever run (gfx942 shares
-        # the family name f16 with sm_90, and is still not validated anywhere)
-        assert inst.validated_on == (("sm_90",) if inst.arches == ("sm_90",) else ())
+        # sm_90's mma.sync families passed the conformance suite on an H200; nothing AMD has ever
+        # run (gfx942 shares the family name f16 with sm_90, and is still not validated anywhere)
+        ran = inst.arches == ("sm_90",) and "sm_90" in opus_instances.VALIDATED_ON[inst.family]
+        assert inst.validated_on == (("sm_90",) if ran else ())
         assert not inst.validated("gfx950") and not inst.validated("gfx942")
         assert inst.modes == ("table", "free", "prefill") and inst.block_n == 64
-        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|fold|mxf4)_r\d+w\d+", inst.name)
+        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|fold|mxf4|i8)_r\d+w\d+", inst.name)
         assert inst.name == f"{inst.arches[0].replace('_', '')}_{inst.family}_r{inst.rows}w{inst.warps}"
         assert all(inst.rows * h <= 256 for h in inst.heads)
         if inst.arches == ("gfx942",):   # 256 B of FP16 query operand a (row, head) in 64 KB of LDS
@@ -169,9 +170,9 @@ def test_launch_passes_the_bindings_signature_and_wraps_its_checks(monkeypatch):
     t = torch.zeros(1)
     with pytest.raises(mx.MqaLogitsError, match="q must be uint8; got int32"):
         BACKEND.launch(cfg, "prefill", *([t] * 9), None, None)
-    assert len(calls[0]) == len(params) == 21
-    assert params[:2] == ["instance_id", "mode"] and params[-3:] == ["grid_x", "parts", "stream"]
-    assert calls[0][0] == 0 and calls[0][1] == 2 and calls[0][-3:] == (3, 2, 1234)
+    assert len(calls[0]) == len(params) == 22
+    assert params[:2] == ["instance_id", "mode"] and params[-4:] == ["grid_x", "parts", "stream", "path_stats"]
+    assert calls[0][0] == 0 and calls[0][1] == 2 and calls[0][-4:] == (3, 2, 1234, None)
     assert BACKEND.instances() == INSTANCES   # the C++ registry's entries equal the mirror
 
 
@@ -222,6 +223,19 @@ def test_operand_encodings_are_exact():
         assert rec["f16_key"] & 0x7C00 or value == 0, "f16 key operands are all normal"
         del as_f16
     assert words == {"words": 20000, "bad_words": 0}
+
+
+@needs_cxx
+def test_int8_operands_are_exact_at_every_shift():
+    """i8_encode.h: every E2M1 code at every block shift 0..3 becomes 2 * value * 2^shift in
+    its own byte, whatever its neighbours (the i8 family's keys and queries)."""
+    lines = [json.loads(line) for line in run_host("i8").splitlines()]
+    codes, total = lines[:-1], lines[-1]
+    assert len(codes) == 64
+    for rec in codes:
+        c, d = rec["code"], rec["shift"]
+        assert rec["value"] == E2M1[c & 7] * 2 * 2 ** d * (-1 if c & 8 else 1)
+    assert total["bad"] == 0 and total["checked"] == 4 * 16 * 8 * 64 * 8
 
 
 @needs_cxx
@@ -466,10 +480,13 @@ def test_sm90_kernels_compile_without_spills_on_their_mma():
     assert {(k["family"], k["rows"], k["heads"], k["warps"], k["ctas"]) for k in kernels} == expected_kernels("sm_90")
     for k in kernels:
         what = f"{k['family']} r{k['rows']} H{k['heads']} w{k['warps']}"
+        assert k["registers"] * k["warps"] * 32 * k["ctas"] <= 65536, f"{what}: launch bounds not met"
+        if k["family"] == "i8":
+            check_i8_kernel(k, what)
+            continue
         # fold r1 H64 keeps a few words of per-piece state in local memory at the 4-CTA budget;
         # nothing may spill inside the tile loop (below), and nothing more than that anywhere
         assert k["spill_stores"] <= 32 and k["stack"] <= 32, what
-        assert k["registers"] * k["warps"] * 32 * k["ctas"] <= 65536, f"{what}: launch bounds not met"
         if "mma" not in k:
             continue  # no cuobjdump here
         assert k["loop_local"] == 0, f"{what}: local memory inside the tile loop"
@@ -484,6 +501,22 @@ def test_sm90_kernels_compile_without_spills_on_their_mma():
             assert k["hmma"] % per_block == 0 and k["hmma"] >= 3 * 2 * per_block, what
         else:
             assert k["hmma"] == 2 * per_block, what
+
+
+def check_i8_kernel(k: dict, what: str) -> None:
+    """The wgmma body: per-piece state may sit in local memory (the walk across the role split),
+    nothing inside the consumers' stage loop nor the producer's; INT8 wgmma of 64 x min(rows x
+    heads, 64) x 32 with A from registers, four k-slices a chunk on each path."""
+    assert k["stack"] <= 64, f"{what}: {k['stack']} bytes of stack"
+    if "mma" not in k:
+        return  # no cuobjdump here
+    assert k["loop_local"] == 0, f"{what}: local memory inside the consumers' stage loop"
+    assert k["producer_loop_local"] == 0, f"{what}: local memory inside the producer's stage loop"
+    nc = min(k["rows"] * k["heads"], 64)
+    # ptxas may add one empty HGMMA.64x8x16 where a wait could find no wgmma in flight
+    assert set(k["gmma"]) - {"HGMMA.64x8x16.F16"} == {f"IGMMA.64x{nc}x32.S8.S8"}, (what, k["gmma"])
+    chunks = k["rows"] * k["heads"] // nc
+    assert k["igmma"] % 4 == 0 and k["igmma"] >= 2 * chunks * 4 * (1 + 4) * 9 // 10, (what, k["igmma"])
 
 
 def test_gfx950_kernels_compile_to_the_scaled_mfma():

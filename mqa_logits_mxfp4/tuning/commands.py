@@ -78,7 +78,7 @@ def _tuner(args, device, parser, *, top: int, torch_path: bool, on_event=None):
     from .tuner import Tuner
     return Tuner(device, backends=_backends(args, parser), instances=set(args.instance or ()) or None,
                  modes=set(args.mode or ()) or None, iters=args.iters, budget_ms=args.budget_ms, top=top,
-                 rounds=args.rounds, torch_path=torch_path, on_event=on_event)
+                 rounds=args.rounds, torch_path=torch_path, on_event=on_event, data=args.data)
 
 
 def _event_log(path):
@@ -156,6 +156,10 @@ def _common(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--list", action="store_true", help="print the shapes (after --quick/--only/--shard) and exit")
     p.add_argument("--log", metavar="FILE", help="append every candidate's outcome (skipped / rejected with "
                    "reasons / timed) as JSON lines")
+    p.add_argument("--data", choices=("realistic", "wide"), default="realistic",
+                   help="the problems' scale layout (default realistic: a vector's block scales within 2 "
+                   "binades, as quantized activations have; wide: every byte uniform over 24 binades, the "
+                   "canonical paths' case; problems.DATA_KINDS)")
 
 
 # --- tune ----------------------------------------------------------------------------------
@@ -187,7 +191,8 @@ def _workers(args, device, parser) -> int:
 def _child_argv(args, output: Path, part: Path, g: int, n: int, tag: str, device: str) -> list[str]:
     argv = ["tune", "-o", str(part), "--workers", "1", "--device", device, "--local-shard", f"{g}/{n}",
             "--worker-tag", tag, "--skip-done", str(output), "--iters", str(args.iters),
-            "--budget-ms", str(args.budget_ms), "--rounds", str(args.rounds), "--top", str(args.top)]
+            "--budget-ms", str(args.budget_ms), "--rounds", str(args.rounds), "--top", str(args.top),
+            "--data", args.data]
     for s in args.suite:
         argv += ["--suite", s]
     for flag, on in (("--quick", args.quick), ("--no-torch-path", args.no_torch_path)):

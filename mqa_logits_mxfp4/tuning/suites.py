@@ -79,13 +79,14 @@ class Shape:
         """Every live row's window, as make_problem builds it (no tensors)."""
         return [(p + 1) // self.ratio for ctx, rows in self.seqs for p in range(ctx - rows, ctx)]
 
-    def make(self, device):
-        """The random problem (seeded by the shape's name), on `device`."""
+    def make(self, device, data: str = "realistic"):
+        """The random problem (seeded by the shape's name), on `device`; `data` is a key of
+        problems.DATA_KINDS (the scale layout)."""
         import torch
 
-        from ..problems import make_problem
-        return make_problem(**self.problem_kwargs(), generator=torch.Generator().manual_seed(self.seed),
-                            device=device)
+        from ..problems import DATA_KINDS, make_problem
+        return make_problem(**self.problem_kwargs(), **DATA_KINDS[data],
+                            generator=torch.Generator().manual_seed(self.seed), device=device)
 
 
 @dataclass(frozen=True)

@@ -216,7 +216,8 @@ class Tuner:
     def __init__(self, device, *, timer: Timer | None = None, backends=None, instances=None, modes=None,
                  iters: int = 30, min_iters: int = 5, budget_ms: float = 1000.0, top: int = 3,
                  rounds: int = 5, prune: float = 4.0, torch_path: bool = True,
-                 ref_budget_macs: int = REF_BUDGET_MACS, on_event: Callable[[dict], None] | None = None):
+                 ref_budget_macs: int = REF_BUDGET_MACS, on_event: Callable[[dict], None] | None = None,
+                 data: str = "realistic"):
         from ..dispatch.config import normalize_device
         self.device = normalize_device(device)
         self.timer = timer or device_timer(self.device)
@@ -225,6 +226,7 @@ class Tuner:
         self.top, self.rounds, self.prune = top, rounds, prune
         self.torch_path, self.ref_budget_macs = torch_path, ref_budget_macs
         self.on_event = on_event
+        self.data = data  # problems.DATA_KINDS: the scale layout of every problem
 
     def _event(self, shape: Shape, **record) -> None:
         if self.on_event is not None:
@@ -290,7 +292,7 @@ class Tuner:
             cands, result.skipped = candidates(key, self.backends, self.instances, self.modes)
         for reason in result.skipped:
             self._event(shape, status="skipped", reason=reason)
-        problem = shape.make(self.device)
+        problem = shape.make(self.device, self.data)
         if on_problem is not None:
             on_problem(problem)
         out = torch.empty((problem.rows, shape.max_seq_len), dtype=torch.float32, device=self.device)

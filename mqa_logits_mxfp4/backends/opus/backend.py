@@ -31,7 +31,7 @@ _FAMILY_ORDER = {"sm_90": (("fp8", "fold", "f16"), ("fold", "f16", "fp8")), "gfx
 @functools.cache
 def _registry_instances(module) -> tuple[Instance, ...]:
     """The loaded module's registry as instances, made once: every launch looks its instance up,
-    and rebuilding the 13 instances took 61 us of host time (the H200's raw opus launch measured
+    and rebuilding the registry's instances (13 then) took 61 us of host time (the H200's raw opus launch measured
     67 us of host time before this cache; not re-measured since)."""
     return from_registry(module.registry())
 
@@ -95,7 +95,9 @@ class OpusBackend:
         build_records(self._instance(cfg.instance), cfg, query_start_loc, row_ends, records)
 
     def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
-               query_start_loc, row_ends, out, out_offsets, records) -> None:
+               query_start_loc, row_ends, out, out_offsets, records, *, path_stats=None) -> None:
+        """`path_stats` (tests only): an int64 [2] the i8 body adds its fast / canonical stage
+        counts to."""
         module = jit.load()
         inst = self._instance(cfg.instance)
         groups, parts = cfg.prefill_grid
@@ -105,7 +107,8 @@ class OpusBackend:
             module.launch(registry_id(inst), _MODE[mode], q, q_scale, kv_cache, kv_scale, weights,
                           block_tables, query_start_loc, row_ends, out, out_offsets,
                           records if mode == "table" else None, cfg.heads, cfg.page_size,
-                          cfg.pages_per_block, cfg.gather, cfg.max_seq_len, grid_x, parts, stream)
+                          cfg.pages_per_block, cfg.gather, cfg.max_seq_len, grid_x, parts, stream,
+                          path_stats)
         except ValueError as e:  # the launcher's own checks (csrc/checks.h); nothing was launched
             raise InputError(str(e)) from None
 

@@ -17,7 +17,8 @@ HEAD_DIMS = (128,)
 # body have never run, so their instances self-check on first use. A family name may serve
 # several arches (f16: sm_90 and gfx942), so an instance counts as validated only on its own arch
 # (validated_on()).
-VALIDATED_ON: dict[str, tuple[str, ...]] = {"f16": ("sm_90",), "fp8": ("sm_90",), "fold": ("sm_90",), "mxf4": ()}
+VALIDATED_ON: dict[str, tuple[str, ...]] = {"f16": ("sm_90",), "fp8": ("sm_90",), "fold": ("sm_90",), "mxf4": (),
+                                            "i8": ()}
 
 # (id, name, arch, family, rows, warps, keys a tile, stages, CTAs an SM, heads): registry.h's rows.
 REGISTRY = (
@@ -37,6 +38,10 @@ REGISTRY = (
     (13, "sm90_fold_r1w4", "sm_90", "fold", 1, 4, 64, 2, 4, (16, 32, 64)),
     (14, "sm90_fold_r2w4", "sm_90", "fold", 2, 4, 64, 2, 3, (16, 32, 64)),
     (15, "sm90_fold_r4w4", "sm_90", "fold", 4, 4, 64, 2, 3, (16, 32)),
+    (16, "sm90_i8_r1w12", "sm_90", "i8", 1, 12, 64, 4, 1, (16, 32, 64, 128)),
+    (17, "sm90_i8_r2w12", "sm_90", "i8", 2, 12, 64, 4, 1, (16, 32, 64, 128)),
+    (18, "sm90_i8_r4w12", "sm_90", "i8", 4, 12, 64, 4, 1, (16, 32, 64)),
+    (19, "sm90_i8_r8w12", "sm_90", "i8", 8, 12, 64, 4, 1, (16, 32)),
 )
 
 

@@ -97,7 +97,7 @@ def flags(plat: str) -> dict[str, list[str]]:
         tgt = target(plat)
         cuda = ["-O3", "-ffp-contract=off"] + ([f"--offload-arch={tgt}", f"-DOPUS_GFX={tgt[3:]}"] if tgt else [])
     else:
-        cuda = ["-O3", "--fmad=false", "-gencode=arch=compute_90,code=sm_90"]
+        cuda = ["-O3", "--fmad=false", "-gencode=arch=compute_90a,code=sm_90a"]
     return {"extra_cflags": ["-O3"], "extra_cuda_cflags": cuda}
 
 

@@ -43,6 +43,7 @@ struct CallDesc {
   int32_t instance_id = -1;
   int32_t mode = -1;
   TensorDesc q, q_scale, kv, kv_scale, weights, block_tables, qsl, row_ends, out, out_offsets, records;
+  TensorDesc path_stats;  // optional int64 [2]: see LaunchArgs::path_stats
   int32_t heads = 0, page_size = 0, pages_per_block = 0, gather = 0, max_seq_len = 0;
   int32_t grid_x = 0, parts = 0;
 };
@@ -201,7 +202,11 @@ inline std::string check_call(const CallDesc& c, const InstanceInfo& inst, Launc
        k.device("weights", c.weights, dev) && k.device("block_tables", c.block_tables, dev) &&
        k.device("query_start_loc", c.qsl, dev) && k.device("row_ends", c.row_ends, dev) &&
        (!flat || k.device("out_offsets", c.out_offsets, dev)) &&
-       (c.mode != kModeTable || k.device("records", c.records, dev));
+       (c.mode != kModeTable || k.device("records", c.records, dev)) &&
+       (!c.path_stats.present() || k.device("path_stats", c.path_stats, dev));
+  ok = ok && (!c.path_stats.present() ||
+              (k.dtype("path_stats", c.path_stats, kI64) && k.ndim("path_stats", c.path_stats, 1) &&
+               k.size("path_stats", c.path_stats, 0, 2) && k.contig("path_stats", c.path_stats)));
   ok = ok && k.aligned("q", c.q, 16) && k.aligned("kv_cache", c.kv, 16) && k.aligned("kv_scale", c.kv_scale, 4);
   if (!ok) return k.err;
 
@@ -217,6 +222,7 @@ inline std::string check_call(const CallDesc& c, const InstanceInfo& inst, Launc
   o.out = static_cast<float*>(const_cast<void*>(c.out.ptr));
   o.out_offsets = flat ? static_cast<const int64_t*>(c.out_offsets.ptr) : nullptr;
   o.records = c.mode == kModeTable ? static_cast<const int32_t*>(c.records.ptr) : nullptr;
+  o.path_stats = c.path_stats.present() ? static_cast<unsigned long long*>(const_cast<void*>(c.path_stats.ptr)) : nullptr;
   o.stride_w = c.weights.strides[0];
   o.stride_bt = c.block_tables.strides[0];
   o.stride_out = flat ? 0 : c.out.strides[0];

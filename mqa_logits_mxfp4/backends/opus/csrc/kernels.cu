@@ -33,6 +33,7 @@
 #endif
 #else
 #include "kernel_sm90.cuh"
+#include "kernel_sm90_i8.cuh"
 #define OPUS_BUILD_TARGET "sm_90"
 #define OPUS_ON_sm90(...) __VA_ARGS__
 #define OPUS_ON_gfx942(...)
@@ -49,12 +50,30 @@ thread_local opus_error_t last_error = opus_success;
 #define OPUS_FAMILY_f16 0
 #define OPUS_FAMILY_fp8 0
 #define OPUS_FAMILY_fold 0
+#define OPUS_FAMILY_i8 0
 #else
 #define OPUS_FAMILY_f16 sm90::kF16
 #define OPUS_FAMILY_fp8 sm90::kFp8
 #define OPUS_FAMILY_fold sm90::kFold
+#define OPUS_FAMILY_i8 sm90::kI8
 #endif
 #define OPUS_FAMILY_mxf4 0
+
+#if !OPUS_HIP
+// The sm_90 kernel of a family and its shared memory: the mma.sync bodies (kernel_sm90.cuh), or
+// the wgmma body whose warpgroup 0 produces and the others consume (kernel_sm90_i8.cuh).
+template <int FAMILY, int R, int H, int WARPS, int CTAS, bool I8 = FAMILY == sm90::kI8>
+struct SmBody {
+  static constexpr int smem = sm90::smem_bytes<FAMILY, R, H, WARPS>();
+  static auto kernel() { return sm90::mqa_logits_sm90<FAMILY, R, H, WARPS, CTAS>; }
+};
+template <int FAMILY, int R, int H, int WARPS, int CTAS>
+struct SmBody<FAMILY, R, H, WARPS, CTAS, true> {
+  static_assert(WARPS % 4 == 0 && CTAS == 1, "i8: whole warpgroups, one CTA an SM");
+  static constexpr int smem = sm90::i8_smem_bytes<R, H, WARPS / 4 - 1>();
+  static auto kernel() { return sm90::mqa_logits_sm90_i8<R, H, WARPS / 4 - 1>; }
+};
+#endif
 
 template <int FAMILY, int R, int H, int WARPS, int CTAS>
 int launch_one(const LaunchArgs& args, opus_stream_t stream) {
@@ -64,9 +83,10 @@ int launch_one(const LaunchArgs& args, opus_stream_t stream) {
   hipLaunchKernelGGL((OPUS_HIP_KERNEL<R, H, WARPS, CTAS>), grid, block, 0, stream, args);  // static LDS only
 #else
   const dim3 block(WARPS * 32);
-  constexpr int smem = sm90::smem_bytes<FAMILY, R, H, WARPS>();
+  using Body = SmBody<FAMILY, R, H, WARPS, CTAS>;
+  constexpr int smem = Body::smem;
   static_assert(smem <= 227 * 1024, "shared memory of one CTA exceeds sm_90's 227 KB");
-  auto kernel = sm90::mqa_logits_sm90<FAMILY, R, H, WARPS, CTAS>;
+  auto kernel = Body::kernel();
   // dynamic shared memory above 48 KB is opt-in, once per kernel and device
   static std::atomic<unsigned long long> opted_in{0};
   int device = 0;

@@ -1,0 +1,652 @@
+// sm_90a body on INT8 wgmma (family i8): a producer warpgroup gathers paged key tiles into a
+// ring of shared-memory stages with cp.async; consumer warpgroups convert each key tile into
+// INT8 A fragments in registers and issue wgmma against the group's INT8 query operand (B, in
+// shared memory), then run the epilogue.
+//
+// Two paths a tile, chosen by the whole consumer warpgroup (docs/numerics.md, "Integer tiles"):
+//   fast      every key and head of the tile has its four block scales within 2^3 of its
+//             smallest, and the magnitudes stay in range: each operand carries its blocks'
+//             offsets as shifts, one chained K = 128 wgmma gives the exact integer dot product
+//             of the two 128-vectors, and a cell costs a conversion, a relu and an FMA (the head
+//             weight carries the query's smallest scale, the key's is applied after the head sum).
+//             Not the canonical order; within the tolerance, and finite exactly where it is.
+//   canonical every other tile: one wgmma chain a scale block (the other blocks' lanes zeroed)
+//             gives each exact block partial, then docs/numerics.md steps 2-5 in order; its bits
+//             are the canonical ones.
+//
+// Roles (warpgroup 0 produces, warpgroups 1..CONS consume):
+//   schedule  every thread walks the same pieces (worksplit.h); the tiles of a piece go round
+//             robin to the consumer warpgroups, tile t0 + c + k * CONS to consumer c.
+//   producer  warp c of warpgroup 0 fills consumer c's stages: 64 keys x 64 bytes through the
+//             block table (a key's four 16-byte blocks XOR-swizzled by (key / 2) % 4, so the
+//             consumers' reads hit 32 banks) and the 64 scale words; a key the table sends
+//             outside the cache gets NaN scales and zeros, nothing is read for it.
+//   consumer  per piece: the group's query operand, weights and factors into shared memory;
+//             per tile: scales and key bytes from the stage, release the stage, vote the path,
+//             convert, wgmma, epilogue, store.
+#pragma once
+
+#include "args.h"
+#include "drive.cuh"
+#include "i8_encode.h"
+#include "port.h"
+#include "sm90_ptx.cuh"
+#include "worksplit.h"
+
+namespace opus {
+namespace sm90 {
+
+// The fast tile rule (docs/numerics.md, "Integer tiles"): a key's or head's four scale bytes
+// span at most kI8Spread and lie in [kI8Lo, kI8Hi]; over the tile's keys and the group's heads,
+// kmax + qmax <= kI8PairHi (no canonical block term can overflow) and kmax + log2 max|w'| <=
+// kI8WeightKey (no canonical or fast partial sum can); every live weight is finite and its
+// w' = w * 2^(qmin - 127) is zero or within [2^-100, 2^92].
+constexpr int kI8Spread = 3;
+constexpr int kI8Lo = 8, kI8Hi = 240;
+constexpr int kI8PairHi = 368;
+constexpr int kI8WeightKey = 225;
+constexpr int kI8WExpLo = -100, kI8WExpHi = 92;
+
+// Scale words for keys nothing may be read for: a dead key (past the group's rows: finite,
+// never stored) and a key whose table entry lies outside the cache (NaN cells).
+__device__ const uint32_t kI8SpecialScales[2] = {0x7F7F7F7Fu, 0xFFFFFFFFu};
+
+template <int R, int H, int CONS>
+struct I8Shape {
+  static constexpr int N = R * H;                  // query operand columns: row r, head h at r * H + h
+  static constexpr int NC = N < 64 ? N : 64;       // columns of one wgmma
+  static constexpr int CHUNKS = N / NC;
+  static constexpr int ACC = NC / 2;               // accumulators a thread holds for one chunk
+  static constexpr int NT = NC / 8;                // 8-column groups of a chunk
+  static constexpr int MB = 2;                     // 64-key M blocks (one 64-key tile each) a stage
+  static constexpr int KEYS = 64 * MB;             // keys a stage
+  static constexpr int STAGES = 4;
+  static constexpr int CT = 128 * CONS;            // consumer threads
+  static constexpr int THREADS = 128 + CT;
+  static constexpr bool W_IN_REGS = N <= 128;      // the fast path keeps its weights in registers
+  static constexpr bool BOTH_MB = N <= 64;         // both M blocks' accumulators live at once
+  static_assert(H % 16 == 0 && H <= 128 && N <= 256, "heads 16..128, rows x heads <= 256");
+  static_assert(H <= NC || H == 2 * NC, "a row spans at most two chunks");
+  static_assert(CONS >= 1 && CONS <= 3, "one producer warp a consumer warpgroup");
+  // Registers a thread after the reallocation (the whole CTA holds 65536): the producers give
+  // theirs to the consumers.
+  static constexpr int PRODUCER_REGS = CONS == 3 ? 24 : 48;
+  static constexpr int CONSUMER_REGS = CONS == 1 ? 240 : CONS == 2 ? 232 : 160;
+  static_assert(128 * PRODUCER_REGS + CT * CONSUMER_REGS <= 65536, "register file");
+};
+
+// One stage: two consecutive 64-key tiles of a piece (the second may lie past the piece: dead).
+template <int KEYS>
+struct I8Stage {
+  uint8_t raw[KEYS * kHeadBytes];  // key k's block b at k * 64 + 16 * (b ^ ((k >> 1) & 3))
+  uint32_t scale[KEYS];            // the key's four E8M0 bytes
+};
+
+template <int R, int H, int CONS>
+struct I8Smem {
+  using S = I8Shape<R, H, CONS>;
+  I8Stage<S::KEYS> stage[CONS][S::STAGES];
+  // Query operand, K-major without swizzle: k-slice j (32 bytes of K) at j * N * 32; in it the
+  // 8-column core of columns 8c..8c+7 at c * 256, its K half kh at + kh * 128, column n % 8 at
+  // + 16 * (n % 8). K slot p of slice j holds element 32 * (p % 16 / 4) + 8j + 4 * (p / 16) + p % 4:
+  // lane t of a quad holds block t of its keys, word j in slice j.
+  alignas(128) uint8_t qb[kScaleBlocks * S::N * 32];
+  float wfast[S::N];                  // fast path: w * 2^(qmin - 127) (0 for dead rows)
+  float w[S::N];                      // canonical path: the weight
+  float sq[kScaleBlocks][S::N];       // 2^(eq_b - 127)
+  float uq[kScaleBlocks][S::N];       // 2^-(shift_b + 2): back from the operand's integers to E2M1
+  uint32_t qscale[S::N];              // the column's four scale bytes (pass 2 reads them)
+  long long obase[R];
+  int rend[R];
+  int red[CONS * 4][2];               // per consumer warp: largest qmax, largest exponent of |w'|
+  I8Table tables[4];                  // shift 0..3
+  uint64_t full[CONS][S::STAGES];
+  uint64_t empty[CONS][S::STAGES];
+  int range[4];
+};
+
+template <int R, int H, int CONS>
+constexpr int i8_smem_bytes() { return int(sizeof(I8Smem<R, H, CONS>)); }
+
+// The pieces of this program, the same sequence for every thread.
+struct PieceWalk {
+  FreeIter fi{0, 0, 0, 0};
+  PrefillIter pi{0, 1};
+  bool prefill = false;
+  OPUS_DEV bool next(const SeqView& sv, int rows, Piece& p) { return prefill ? pi.next(sv, p) : fi.next(sv, rows, p); }
+};
+
+OPUS_DEV PieceWalk make_walk(const LaunchArgs& args, const SeqView& sv, int rows, const int* range) {
+  PieceWalk w;
+  w.prefill = args.mode == kModePrefill;
+  if (w.prefill) {
+    w.pi = PrefillIter{(int)blockIdx.y, args.parts};
+    w.pi.init(sv, rows, blockIdx.x);
+  } else {
+    const int32_t* rec = args.mode == kModeTable ? args.records + (long long)blockIdx.x * kRecordInts : range;
+    w.fi = FreeIter{rec[0], rec[1], rec[2], rec[3]};
+  }
+  return w;
+}
+
+// The keys a piece may load and store: below the largest row end of its rows (`gend`) and
+// within its own tiles (a stage's second tile may belong to the next piece or program).
+template <int R>
+OPUS_DEV int piece_key_end(const LaunchArgs& args, const Piece& p) {
+  int gend = 0;
+#pragma unroll 1
+  for (int r = p.r0; r < p.r1 && r < p.r0 + R; ++r) {
+    int e;
+    long long b;
+    row_window(args, r, true, e, b);
+    gend = imax(gend, e);
+  }
+  return imin(gend, p.t1 * kBlockN);
+}
+
+OPUS_DEV int byte_of(uint32_t w, int i) { return int(w >> (8 * i) & 0xFFu); }
+OPUS_DEV int min4(uint32_t w) { return imin(imin(byte_of(w, 0), byte_of(w, 1)), imin(byte_of(w, 2), byte_of(w, 3))); }
+OPUS_DEV int max4(uint32_t w) { return imax(imax(byte_of(w, 0), byte_of(w, 1)), imax(byte_of(w, 2), byte_of(w, 3))); }
+
+// ------------------------------------------------------------------------------------ producer
+
+template <int R, int H, int CONS>
+struct I8Producer {
+  using S = I8Shape<R, H, CONS>;
+  const LaunchArgs& args;
+  I8Smem<R, H, CONS>& sm;
+  int c, lane;
+  int iter = 0;
+
+  // Keys [n0, n0 + KEYS): lane l takes keys l, l + 32, ...; all of them share the swizzle
+  // term (key / 2) % 4 = (l / 2) % 4.
+  OPUS_DEV void load_stage(I8Stage<S::KEYS>& st, const int32_t* bt_row, int n0, int kend) const {
+    const int sw = (lane >> 1) & 3;
+    uint8_t* dst = st.raw + lane * kHeadBytes;
+#pragma unroll
+    for (int q = 0; q < S::KEYS / 32; ++q) {
+      const int kk = lane + 32 * q, n = n0 + kk;
+      long long slot = -2;  // dead
+      if (n < kend) slot = key_slot(args, bt_row, n);  // -1: outside the cache
+      const bool ok = slot >= 0;
+      const uint8_t* src = ok ? args.kv + slot * kHeadBytes : args.kv;
+#pragma unroll
+      for (int b = 0; b < kScaleBlocks; ++b)
+        cp_async16(dst + 32 * kHeadBytes * q + 16 * (b ^ sw), src + 16 * b, ok ? 16u : 0u);
+      cp_async4(&st.scale[kk], ok ? static_cast<const void*>(args.kv_scale + slot * kScaleBlocks)
+                                  : static_cast<const void*>(&kI8SpecialScales[slot == -1 ? 1 : 0]));
+    }
+  }
+
+  OPUS_DEV void piece(const Piece& p) {
+    const int kend = piece_key_end<R>(args, p);
+    const int32_t* bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;
+#pragma unroll 1
+    for (int n0 = (p.t0 + S::MB * c) * kBlockN; n0 < kend; n0 += S::KEYS * CONS, ++iter) {
+      const int s = iter % S::STAGES;
+      mbar_wait(&sm.empty[c][s], ((iter / S::STAGES) & 1) ^ 1);
+      load_stage(sm.stage[c][s], bt_row, n0, kend);
+      cp_async_arrive(&sm.full[c][s]);
+    }
+  }
+};
+
+// ------------------------------------------------------------------------------------ consumer
+
+// (a & 0x44444444) | c in one instruction (the compiler splits it when c is a constant too).
+OPUS_DEV uint32_t and44_or(uint32_t a, uint32_t c) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(0x44444444), "r"(c));
+  return d;
+}
+
+template <int R, int H, int CONS>
+struct I8Consumer {
+  using S = I8Shape<R, H, CONS>;
+  using Sm = I8Smem<R, H, CONS>;
+  using Stage = I8Stage<S::KEYS>;
+  const LaunchArgs& args;
+  Sm& sm;
+  int c;         // consumer warpgroup
+  int ct;        // thread among all consumers
+  int warp, lane, g, t;
+  int iter = 0;
+  int r0 = 0, r1 = 0, kend = 0;
+  int khi = 0;   // a key's largest byte on a fast tile is at most this (0: the group never is fast)
+  float wreg[S::W_IN_REGS ? S::N / 4 : 1];
+
+  // Group setup, pass 1: per column its scales, weights and fast verdict; returns the column's.
+  OPUS_DEV bool setup_columns(int& qmax_hi, int& wexp_hi) {
+    bool ok = true;
+    qmax_hi = 0;
+    wexp_hi = -127;
+#pragma unroll 1
+    for (int n = ct; n < S::N; n += S::CT) {
+      const int r = n / H, h = n % H, row = r0 + r;
+      const bool live = row < r1;
+      const uint32_t qs = live ? *reinterpret_cast<const uint32_t*>(args.q_scale + ((long long)row * H + h) * kScaleBlocks)
+                               : 0x7F7F7F7Fu;
+      const float wv = live ? head_weight(args, row, h) : 0.0f;
+      const int qmin = min4(qs), qmax = max4(qs);
+      const float wf = live ? wv * __uint_as_float(uint32_t(imax(qmin, 1)) << 23) : 0.0f;  // w * 2^(qmin - 127)
+      const int wexp = int(__float_as_uint(wf) >> 23 & 0xFFu) - 127;
+      const bool col_ok = !live || (qmax - qmin <= kI8Spread && qmin >= kI8Lo && qmax <= kI8Hi && isfinite(wv) &&
+                                    (wf == 0.0f || (wexp >= kI8WExpLo && wexp <= kI8WExpHi)));
+      ok = ok && col_ok;
+      if (live) {
+        qmax_hi = imax(qmax_hi, qmax);
+        wexp_hi = imax(wexp_hi, wf == 0.0f ? -127 : wexp);
+      }
+      sm.qscale[n] = qs;
+      sm.w[n] = wv;
+      sm.wfast[n] = wf;
+#pragma unroll
+      for (int b = 0; b < kScaleBlocks; ++b) sm.sq[b][n] = e8m0_to_f32(uint32_t(byte_of(qs, b)));
+    }
+    return ok;
+  }
+
+  // Pass 2: the query operand (shifted when the group is fast) and the canonical path's factors.
+  OPUS_DEV void setup_operand(bool fast) {
+#pragma unroll 1
+    for (int idx = ct; idx < S::N * 16; idx += S::CT) {
+      const int n = idx >> 4, blk = (idx >> 2) & 3, j = idx & 3;
+      const int r = n / H, h = n % H, row = r0 + r;
+      const uint32_t qs = sm.qscale[n];
+      const int shift = fast ? byte_of(qs, blk) - min4(qs) : 0;
+      uint32_t word = 0u;
+      if (row < r1) word = *reinterpret_cast<const uint32_t*>(args.q + ((long long)row * H + h) * kHeadBytes + 16 * blk + 4 * j);
+      uint32_t lo, hi;
+      i8_word(word, sm.tables[shift], lo, hi);
+      uint8_t* core = sm.qb + j * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * blk;
+      *reinterpret_cast<uint32_t*>(core) = lo;
+      *reinterpret_cast<uint32_t*>(core + 128) = hi;
+      if (j == 0) sm.uq[blk][n] = __uint_as_float(uint32_t(127 - 2 - shift) << 23);
+    }
+  }
+
+  OPUS_DEV void setup_group(const Piece& p) {
+    r0 = p.r0;
+    r1 = imin(p.r1, p.r0 + R);
+    bar_sync(1, S::CT);  // every consumer is done with the previous group
+    int qmax_hi, wexp_hi;
+    const bool mine = setup_columns(qmax_hi, wexp_hi);
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+      qmax_hi = imax(qmax_hi, warp_xor(qmax_hi, m));
+      wexp_hi = imax(wexp_hi, warp_xor(wexp_hi, m));
+    }
+    if (lane == 0) {
+      sm.red[ct >> 5][0] = qmax_hi;
+      sm.red[ct >> 5][1] = wexp_hi;
+    }
+    if (ct < R) {
+      row_window(args, r0 + ct, r0 + ct < r1, sm.rend[ct], sm.obase[ct]);
+      sm.rend[ct] = imin(sm.rend[ct], kend);  // stores stay inside the piece's own tiles
+    }
+    const bool fast = bar_and(1, S::CT, mine);
+    int qmax_g = 0, wexp_g = -127;
+#pragma unroll
+    for (int i = 0; i < CONS * 4; ++i) {
+      qmax_g = imax(qmax_g, sm.red[i][0]);
+      wexp_g = imax(wexp_g, sm.red[i][1]);
+    }
+    khi = fast ? imin(kI8Hi, imin(kI8PairHi - qmax_g, kI8WeightKey - wexp_g)) : 0;
+    setup_operand(fast);
+    fence_async_smem();
+    bar_sync(1, S::CT);
+    if constexpr (S::W_IN_REGS) {
+#pragma unroll
+      for (int ch = 0; ch < S::CHUNKS; ++ch)
+#pragma unroll
+        for (int i = 0; i < S::NT; ++i)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];
+    }
+  }
+
+  OPUS_DEV uint64_t b_desc(int j, int ch) const {
+    return smem_desc(sm.qb + j * (S::N * 32) + ch * (S::NC / 8) * 256, 128, 256);
+  }
+
+  // Keys of this thread in M block mb: rows g (k = 0) and g + 8 (k = 1) of the warp's 16.
+  OPUS_DEV int key_of(int mb, int k) const { return 64 * mb + 16 * warp + g + 8 * k; }
+  // Byte offset in a stage of block t of key_of(0, 0); the other keys share its swizzle term
+  // ((key / 2) % 4 is the same for g, g + 8, g + 64 and g + 72), so they sit at fixed distances.
+  OPUS_DEV int raw_offset() const { return key_of(0, 0) * kHeadBytes + 16 * (t ^ ((key_of(0, 0) >> 1) & 3)); }
+  static OPUS_DEV constexpr int raw_step(int mb, int k) { return (64 * mb + 8 * k) * kHeadBytes; }
+
+  // A fragments of M block mb: a[j] for k-slice j; registers 0/2 hold key k0's block t word j
+  // (elements 0..3 / 4..7), 1/3 key k1's.
+  OPUS_DEV void convert(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {
+    const I8Table t0 = sm.tables[d0], t1 = sm.tables[d1];
+    const uint32_t w0[4] = {raw0.x, raw0.y, raw0.z, raw0.w}, w1[4] = {raw1.x, raw1.y, raw1.z, raw1.w};
+    const uint32_t k3210 = 0x32103210u;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const uint32_t x = k ? w1[j] : w0[j];
+        const I8Table& tb = k ? t1 : t0;
+        const uint32_t mag = x & 0x77777777u;
+        const uint32_t sel = and44_or(x >> 1, k3210);  // byte i of pos, or of neg (sign)
+        const uint32_t mhi = mag >> 16;
+        a[j][k] = prmt(prmt(tb.pos_lo, tb.pos_hi, mag), prmt(tb.neg_lo, tb.neg_hi, mag), sel);
+        a[j][2 + k] = prmt(prmt(tb.pos_lo, tb.pos_hi, mhi), prmt(tb.neg_lo, tb.neg_hi, mhi), sel >> 16);
+      }
+    }
+  }
+
+  template <int NC>
+  OPUS_DEV void mma_chunk(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) WgmmaS8<NC>::run(acc, a[j], b_desc(j, ch), j > 0);
+  }
+
+  template <int NMB>
+  OPUS_DEV void wait_pin(int32_t (&acc)[NMB][S::CHUNKS][S::ACC]) const {
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int m = 0; m < NMB; ++m)
+#pragma unroll
+      for (int ch = 0; ch < S::CHUNKS; ++ch)
+#pragma unroll
+        for (int i = 0; i < S::ACC; ++i) pin(acc[m][ch][i]);
+  }
+
+  // Fast epilogue of one M block: relu of the exact dot, times w', summed over the thread's heads.
+  OPUS_DEV void fast_sums(const int32_t (&acc)[S::CHUNKS][S::ACC], float (&rs)[R][2]) const {
+#pragma unroll
+    for (int r = 0; r < R; ++r) rs[r][0] = rs[r][1] = 0.0f;
+#pragma unroll
+    for (int ch = 0; ch < S::CHUNKS; ++ch) {
+#pragma unroll
+      for (int i = 0; i < S::NT; ++i) {
+        const int r = (ch * S::NC + 8 * i) / H;
+        float wv[2];
+        if constexpr (S::W_IN_REGS) {
+          wv[0] = wreg[(ch * S::NT + i) * 2];
+          wv[1] = wreg[(ch * S::NT + i) * 2 + 1];
+        } else {
+          const float2 w2 = *reinterpret_cast<const float2*>(&sm.wfast[ch * S::NC + 8 * i + 2 * t]);
+          wv[0] = w2.x;
+          wv[1] = w2.y;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float x = fmaxf(__int2float_rn(acc[ch][4 * i + 2 * kk + e]), 0.0f);
+            rs[r][kk] = fmaf(x, wv[e], rs[r][kk]);
+          }
+      }
+    }
+  }
+
+  // The quad's partial sums of (M block, row, key) -> each lane the full sums of one key
+  // (M block (t >> 1) & 1, k = t & 1) for every row, times 2^(kmin - 129), stored.
+  OPUS_DEV void store_fast(const float (&rs)[S::MB][R][2], int kmin_own, int n0) const {
+    const bool k_own = t & 1, mb_own = t & 2;
+    float v[S::MB][R];
+#pragma unroll
+    for (int m = 0; m < S::MB; ++m)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float send = k_own ? rs[m][r][0] : rs[m][r][1];
+        v[m][r] = fadd_rn(k_own ? rs[m][r][1] : rs[m][r][0], warp_xor(send, 1));
+      }
+    const float scale = __uint_as_float(uint32_t(kmin_own - 2) << 23);
+    const int n = n0 + key_of(mb_own ? 1 : 0, k_own ? 1 : 0);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float send = mb_own ? v[0][r] : v[1][r];
+      const float sum = fadd_rn(mb_own ? v[1][r] : v[0][r], warp_xor(send, 2));
+      if (n < sm.rend[r]) args.out[sm.obase[r] + n] = fmul_rn(sum, scale);
+    }
+  }
+
+  // The canonical head tree of one (row, key) over x[H/8][2] (heads 8i + 2t + e).
+  OPUS_DEV float head_tree(const float (&x)[H / 8][2], int r) const {
+    float v[H / 16][2];
+#pragma unroll
+    for (int i = 0; i < H / 16; ++i) {
+      const float2 wa = *reinterpret_cast<const float2*>(&sm.w[r * H + 8 * i + 2 * t]);
+      const float2 wb = *reinterpret_cast<const float2*>(&sm.w[r * H + 8 * (i + H / 16) + 2 * t]);
+      v[i][0] = fma_rn(x[i][0], wa.x, fmul_rn(x[i + H / 16][0], wb.x));
+      v[i][1] = fma_rn(x[i][1], wa.y, fmul_rn(x[i + H / 16][1], wb.y));
+    }
+#pragma unroll
+    for (int len = H / 16; len > 1; len >>= 1)
+#pragma unroll
+      for (int i = 0; i < len / 2; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) v[i][e] = fadd_rn(v[i][e], v[i + len / 2][e]);
+    float u[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      u[e] = fadd_rn(v[0][e], warp_xor(v[0][e], 2));  // heads j, j + 4
+      u[e] = fadd_rn(u[e], warp_xor(u[e], 1));        // heads j, j + 2
+    }
+    return fadd_rn(u[0], u[1]);                       // heads j, j + 1
+  }
+
+  // Canonical path of one M block: one block at a time (the other blocks' key lanes zeroed),
+  // then docs/numerics.md steps 2-5 in order.
+  OPUS_DEV void canonical_mb(const uint32_t (&a)[4][4], uint32_t sc0, uint32_t sc1, int n0, int mb) {
+    float sk[2][kScaleBlocks];
+#pragma unroll
+    for (int b = 0; b < kScaleBlocks; ++b) {
+      sk[0][b] = e8m0_to_f32(uint32_t(byte_of(sc0, b)));
+      sk[1][b] = e8m0_to_f32(uint32_t(byte_of(sc1, b)));
+    }
+    float keep[S::ACC];  // H = 2 NC: the relu'd block sums of the row's first chunk
+#pragma unroll  // a rolled loop around wgmma makes ptxas serialize every wgmma (C7520)
+    for (int ch = 0; ch < S::CHUNKS; ++ch) {
+      float s[S::ACC];
+#pragma unroll
+      for (int b = 0; b < kScaleBlocks; ++b) {
+        uint32_t am[4][4];
+        const uint32_t mask = t == b ? 0xFFFFFFFFu : 0u;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) am[j][k] = a[j][k] & mask;
+        int32_t acc[1][S::CHUNKS][S::ACC];
+        wgmma_fence();
+        mma_chunk<S::NC>(acc[0][0], am, ch);
+        wait_pin<1>(acc);
+#pragma unroll
+        for (int i = 0; i < S::NT; ++i) {
+          const int col = ch * S::NC + 8 * i + 2 * t;
+          const float2 u = *reinterpret_cast<const float2*>(&sm.uq[b][col]);
+          const float2 q = *reinterpret_cast<const float2*>(&sm.sq[b][col]);
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int idx = 4 * i + 2 * kk + e;
+              const float pb = fmul_rn(__int2float_rn(acc[0][0][idx]), e ? u.y : u.x);  // the exact block partial
+              const float tv = fmul_rn(fmul_rn(pb, sk[kk][b]), e ? q.y : q.x);
+              s[idx] = b == 0 ? tv : fadd_rn(s[idx], tv);
+            }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < S::ACC; ++i) s[i] = relu_nan(s[i]);
+      if constexpr (H == 2 * S::NC) {
+        if ((ch & 1) == 0) {
+#pragma unroll
+          for (int i = 0; i < S::ACC; ++i) keep[i] = s[i];
+          continue;
+        }
+      }
+      constexpr int ROWS_HERE = H <= S::NC ? S::NC / H : 1;  // rows that end in this chunk
+#pragma unroll
+      for (int rr = 0; rr < ROWS_HERE; ++rr) {
+        const int r = H <= S::NC ? (ch * S::NC) / H + rr : ch / 2;
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          float x[H / 8][2];
+#pragma unroll
+          for (int i = 0; i < H / 8; ++i)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              if constexpr (H <= S::NC) {
+                x[i][e] = s[4 * (rr * (H / 8) + i) + 2 * kk + e];
+              } else {
+                const int il = i % S::NT;
+                x[i][e] = i < S::NT ? keep[4 * il + 2 * kk + e] : s[4 * il + 2 * kk + e];
+              }
+            }
+          const float val = head_tree(x, r);
+          const int n = n0 + key_of(mb, kk);
+          if (t == kk && n < sm.rend[r]) args.out[sm.obase[r] + n] = val;
+        }
+      }
+    }
+  }
+
+  OPUS_DEV void stage(int n0) {
+    const int s = iter % S::STAGES;
+    mbar_wait(&sm.full[c][s], (iter / S::STAGES) & 1);
+    const Stage& st = sm.stage[c][s];
+    const uint8_t* scale_bytes = reinterpret_cast<const uint8_t*>(st.scale);
+    // Each lane judges one key of the warp's 32 (M block lane / 16, row lane % 16) and hands its
+    // smallest scale byte to the lanes that convert it.
+    const uint32_t my_scale = st.scale[64 * (lane >> 4) + 16 * warp + (lane & 15)];
+    const int my_kmin = min4(my_scale);
+    bool fast = false;
+    if (khi > 0) {  // uniform: the group's verdict
+      const int my_kmax = max4(my_scale);
+      fast = bar_and(2 + c, 128, my_kmax - my_kmin <= kI8Spread && my_kmin >= kI8Lo && my_kmax <= khi);
+    }
+    const uint8_t* raw_base = st.raw + raw_offset();
+    uint4 raw[S::MB][2];
+#pragma unroll
+    for (int m = 0; m < S::MB; ++m)
+#pragma unroll
+      for (int k = 0; k < 2; ++k) raw[m][k] = *reinterpret_cast<const uint4*>(raw_base + raw_step(m, k));
+    if (args.path_stats != nullptr && ct % 128 == 0) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);
+    if (fast) {
+      int kmin[S::MB][2], d[S::MB][2];
+#pragma unroll
+      for (int m = 0; m < S::MB; ++m)
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          kmin[m][k] = warp_bcast(my_kmin, 16 * m + g + 8 * k);
+          d[m][k] = int(scale_bytes[4 * key_of(m, k) + t]) - kmin[m][k];
+        }
+      mbar_arrive(&sm.empty[c][s]);
+      const int kmin_own = warp_bcast(my_kmin, 16 * ((t >> 1) & 1) + g + 8 * (t & 1));
+      float rs[S::MB][R][2];
+      if constexpr (S::BOTH_MB) {
+        uint32_t a[S::MB][4][4];
+        int32_t acc[S::MB][S::CHUNKS][S::ACC];
+#pragma unroll
+        for (int m = 0; m < S::MB; ++m) convert(raw[m][0], raw[m][1], d[m][0], d[m][1], a[m]);
+        wgmma_fence();
+#pragma unroll
+        for (int m = 0; m < S::MB; ++m)
+#pragma unroll
+          for (int ch = 0; ch < S::CHUNKS; ++ch) mma_chunk<S::NC>(acc[m][ch], a[m], ch);
+        wait_pin<S::MB>(acc);
+#pragma unroll
+        for (int m = 0; m < S::MB; ++m) fast_sums(acc[m], rs[m]);
+      } else {
+#pragma unroll
+        for (int m = 0; m < S::MB; ++m) {
+          uint32_t a[4][4];
+          int32_t acc[1][S::CHUNKS][S::ACC];
+          convert(raw[m][0], raw[m][1], d[m][0], d[m][1], a);
+          wgmma_fence();
+#pragma unroll
+          for (int ch = 0; ch < S::CHUNKS; ++ch) mma_chunk<S::NC>(acc[0][ch], a, ch);
+          wait_pin<1>(acc);
+          fast_sums(acc[0], rs[m]);
+        }
+      }
+      store_fast(rs, kmin_own, n0);
+    } else {
+      uint32_t sc[S::MB][2];
+#pragma unroll
+      for (int m = 0; m < S::MB; ++m)
+#pragma unroll
+        for (int k = 0; k < 2; ++k) sc[m][k] = st.scale[key_of(m, k)];
+      mbar_arrive(&sm.empty[c][s]);
+#pragma unroll
+      for (int m = 0; m < S::MB; ++m) {
+        uint32_t a[4][4];
+        convert(raw[m][0], raw[m][1], 0, 0, a);
+        canonical_mb(a, sc[m][0], sc[m][1], n0, m);
+      }
+    }
+  }
+
+  OPUS_DEV void piece(const Piece& p) {
+    kend = piece_key_end<R>(args, p);
+    if (p.t0 * kBlockN >= kend) return;  // the producer skips it too
+    setup_group(p);
+#pragma unroll 1
+    for (int n0 = (p.t0 + S::MB * c) * kBlockN; n0 < kend; n0 += S::KEYS * CONS, ++iter) stage(n0);
+  }
+};
+
+template <int R, int H, int CONS>
+__global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const LaunchArgs args) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = I8Shape<R, H, CONS>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];  // the declaration kernel_sm90.cuh shares
+  auto& sm = *reinterpret_cast<I8Smem<R, H, CONS>*>(smem_raw);
+  const SeqView sv{args.qsl, args.row_ends, args.num_seqs, args.num_rows};
+  const int tid = threadIdx.x, lane = tid & 31;
+  if (tid == 0) {
+#pragma unroll
+    for (int c = 0; c < CONS; ++c)
+#pragma unroll
+      for (int s = 0; s < S::STAGES; ++s) {
+        mbar_init(&sm.full[c][s], 32);
+        mbar_init(&sm.empty[c][s], 128);
+      }
+  }
+  if (tid < 4) sm.tables[tid] = i8_table(tid);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  if (args.mode == kModeFree && tid < 32) {
+    const CtaRange cr = cta_range_scan(sv, R, blockIdx.x, gridDim.x, lane);
+    if (lane == 0) {
+      sm.range[0] = cr.u_begin;
+      sm.range[1] = cr.u_end;
+      sm.range[2] = cr.b;
+      sm.range[3] = cr.base;
+    }
+  }
+  __syncthreads();
+  PieceWalk walk = make_walk(args, sv, R, sm.range);
+  Piece p;
+  if (tid < 128) {
+    regs_shrink<S::PRODUCER_REGS>();
+    if (tid / 32 >= CONS) return;
+    I8Producer<R, H, CONS> prod{args, sm, tid / 32, lane};
+    while (walk.next(sv, R, p))
+      if (p.r1 > p.r0 && p.t1 > p.t0) prod.piece(p);
+    asm volatile("cp.async.wait_all;" ::: "memory");  // nothing in flight when the warp exits
+  } else {
+    regs_grow<S::CONSUMER_REGS>();
+    I8Consumer<R, H, CONS> cons{args, sm};
+    const int ct = tid - 128;
+    cons.c = ct / 128;
+    cons.ct = ct;
+    cons.warp = (ct % 128) / 32;
+    cons.lane = lane;
+    cons.g = lane >> 2;
+    cons.t = lane & 3;
+    while (walk.next(sv, R, p))
+      if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);
+  }
+#else
+  __trap();  // built for another arch: the launcher never routes here
+#endif
+}
+
+}  // namespace sm90
+}  // namespace opus

@@ -1,0 +1,154 @@
+// sm_90a PTX the Hopper bodies use, one thin wrapper each: mbarriers, cp.async into a
+// barrier, named barriers, register reallocation, and integer wgmma with A in registers.
+// Device code only; compiled for sm_90a (jit.py), where `wgmma` and `setmaxnreg` exist.
+#pragma once
+
+#include <stdint.h>
+
+#include "port.h"
+
+namespace opus {
+namespace sm90 {
+
+OPUS_DEV uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// ---- mbarriers (one 8-byte word each, in shared memory)
+
+OPUS_DEV void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+OPUS_DEV void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+// Blocks until the phase of parity `parity` has completed (a fresh barrier counts parity 1 as
+// completed, so a producer's first wait on an empty slot passes).
+OPUS_DEV void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// The barrier's arrival of this thread fires once all its earlier cp.async copies have landed
+// (.noinc: the arrival is one of the barrier's expected count).
+OPUS_DEV void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// ---- cp.async (global -> shared, through L2)
+
+// 16 bytes; `bytes` 0 writes zeros and reads nothing (keys that must not be read).
+OPUS_DEV void cp_async16(void* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes) : "memory");
+}
+OPUS_DEV void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+
+// ---- named barriers among a subset of warps (id 0 is __syncthreads)
+
+OPUS_DEV void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+// Every participating thread gets the AND of `pred` over all of them.
+OPUS_DEV bool bar_and(int id, int threads, bool pred) {
+  uint32_t out;
+  asm volatile(
+      "{\n"
+      ".reg .pred in, res;\n"
+      "setp.ne.u32 in, %1, 0;\n"
+      "bar.red.and.pred res, %2, %3, in;\n"
+      "selp.u32 %0, 1, 0, res;\n"
+      "}\n"
+      : "=r"(out)
+      : "r"(uint32_t(pred)), "r"(id), "r"(threads)
+      : "memory");
+  return out != 0;
+}
+
+// ---- register reallocation between warpgroups (the kernel must have a register cap at entry)
+
+template <int REGS>
+OPUS_DEV void regs_shrink() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS)); }
+template <int REGS>
+OPUS_DEV void regs_grow() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS)); }
+
+// ---- wgmma
+
+OPUS_DEV void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+OPUS_DEV void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+OPUS_DEV void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+// Shared memory written by ordinary stores, read next by wgmma (the async proxy).
+OPUS_DEV void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// Keeps the compiler from moving reads or writes of an accumulator across a wgmma wait.
+template <class T>
+OPUS_DEV void pin(T& r) { asm volatile("" : "+r"(r)::"memory"); }
+
+// Shared-memory matrix descriptor of a K-major operand without swizzle: 8-row x 16-byte core
+// matrices, `k_step` bytes between cores adjacent in K, `mn_step` between cores adjacent in M/N.
+OPUS_DEV uint64_t smem_desc(const void* base, uint32_t k_step, uint32_t mn_step) {
+  const uint64_t addr = (smem_addr(base) & 0x3FFFFu) >> 4;
+  return addr | (uint64_t((k_step >> 4) & 0x3FFFu) << 16) | (uint64_t((mn_step >> 4) & 0x3FFFu) << 32);
+}
+
+#define OPUS_R4(d, i) "+r"(d[i]), "+r"(d[i + 1]), "+r"(d[i + 2]), "+r"(d[i + 3])
+#define OPUS_R8(d, i) OPUS_R4(d, i), OPUS_R4(d, i + 4)
+#define OPUS_R16(d, i) OPUS_R8(d, i), OPUS_R8(d, i + 8)
+#define OPUS_R32(d, i) OPUS_R16(d, i), OPUS_R16(d, i + 16)
+
+// D (s32, 64 x N over the warpgroup) (+)= A (s8, 64 x 32, registers) x B (s8, 32 x N, shared).
+// `acc` false starts from zero. Per thread: N/2 accumulators, 4 A registers.
+template <int N>
+struct WgmmaS8;
+
+template <>
+struct WgmmaS8<16> {
+  static OPUS_DEV void run(int32_t (&d)[8], const uint32_t (&a)[4], uint64_t b, bool acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.u32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p;\n}\n"
+        : OPUS_R8(d, 0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(uint32_t(acc)));
+  }
+};
+
+template <>
+struct WgmmaS8<32> {
+  static OPUS_DEV void run(int32_t (&d)[16], const uint32_t (&a)[4], uint64_t b, bool acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.u32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p;\n}\n"
+        : OPUS_R16(d, 0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(uint32_t(acc)));
+  }
+};
+
+template <>
+struct WgmmaS8<64> {
+  static OPUS_DEV void run(int32_t (&d)[32], const uint32_t (&a)[4], uint64_t b, bool acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.u32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p;\n}\n"
+        : OPUS_R32(d, 0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(uint32_t(acc)));
+  }
+};
+
+#undef OPUS_R4
+#undef OPUS_R8
+#undef OPUS_R16
+#undef OPUS_R32
+
+}  // namespace sm90
+}  // namespace opus

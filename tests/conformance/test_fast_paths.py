@@ -1,0 +1,145 @@
+"""Data that takes the fast paths of non-canonical instances, and data that forces their
+canonical path (docs/numerics.md, "Integer tiles"): every instance meets the tolerance and the
+NaN/Inf sets on both, its modes stay bitwise identical, and the opus i8 body's stage counters
+show which path ran.
+
+Narrow data: a key's or head's four block scales within 2 of each other (make_problem's
+`block_spread`), as MXFP4 of Gaussian-like activations has, around bytes spread over 60
+binades; Gaussian data: quantize_mxfp4 of normal vectors with log-normal magnitudes.
+"""
+
+import pytest
+import torch
+
+from mqa_logits_mxfp4 import quantize_mxfp4
+from mqa_logits_mxfp4.dispatch import registry
+from mqa_logits_mxfp4.problems import EDGE_SOURCES, make_edge_problem
+from mqa_logits_mxfp4.reference import compare_to_reference, mqa_logits_reference
+
+from .common import (DEVICES, MODES, assert_untouched_outside, build, candidates, config, instance_of,
+                     need_device, run)
+
+CANDIDATES = candidates()
+NARROW = dict(scales=(100, 160), block_spread=2)
+
+
+def reference(prob, cfg):
+    return mqa_logits_reference(*prob.args(), max_seq_len=cfg.max_seq_len,
+                                pages_per_block=prob.pages_per_block, gather=prob.gather)
+
+
+def gaussian(prob, seed: int):
+    """The problem with q and the cache replaced by MXFP4 of normal vectors, each vector scaled
+    by 2^N(0, 4) (block scales within a few binades in a vector, spread widely across them)."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def mx(shape):
+        x = torch.randn(*shape, generator=gen) * torch.exp2(torch.randn(*shape[:-1], 1, generator=gen) * 4)
+        return quantize_mxfp4(x)
+
+    q, q_scale = mx((*prob.q.shape[:-1], prob.head_dim))
+    kv, kv_scale = mx((*prob.kv_cache.shape[:-1], prob.head_dim))
+    dev = prob.q.device
+    return prob.__class__(**{**prob.__dict__, "q": q.to(dev), "q_scale": q_scale.to(dev), "kv_cache": kv.to(dev),
+                             "kv_scale": kv_scale.to(dev)})
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("pair", CANDIDATES)
+@pytest.mark.parametrize("geometry", ["v4_decode", "v41_full", "h16_prefill", "h128"])
+def test_narrow_scales(geometry, pair, mode, device):
+    need_device(device)
+    if device == "cpu" and geometry in ("h16_prefill", "h128"):
+        pytest.skip("the interpreter covers the narrow-scale case on two geometries (CI time)")
+    prob = build(geometry, device, seed=hash((geometry, mode, "narrow")) % 1000, **NARROW)
+    cfg = config(prob, pair, mode)
+    out = run(prob, cfg, mode)
+    ref = reference(prob, cfg)
+    assert compare_to_reference(out, ref) == []
+    assert_untouched_outside(out, ref, prob.live_rows)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pair", CANDIDATES)
+def test_gaussian_activations(pair, device):
+    need_device(device)
+    prob = gaussian(build("v4_decode", device, seed=41), seed=43)
+    outs = {}
+    for mode in MODES:
+        cfg = config(prob, pair, mode)
+        outs[mode] = run(prob, cfg, mode)
+        ref = reference(prob, cfg)
+        assert compare_to_reference(outs[mode], ref) == []
+    for mode in MODES[1:]:
+        assert torch.equal(outs[mode], outs[MODES[0]]), f"{mode} differs from {MODES[0]}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("pair", CANDIDATES)
+def test_nan_inf_cells_among_narrow_scales(pair, mode, device):
+    """The edge sources (0xFF scale bytes, NaN/Inf weights, overflow) planted in narrow data:
+    the tiles and groups that hold them take the canonical path, the others may not."""
+    need_device(device)
+    if pair[1].startswith("scaled"):
+        pytest.skip("dot_scaled's overflow cells differ by design (test_numerics.test_nan_inf_cells)")
+    prob = make_edge_problem(heads=32, page_size=16, block_spread=2, generator=torch.Generator().manual_seed(9),
+                             device=device)
+    cfg = config(prob, pair, mode, extra_len=0)
+    out = run(prob, cfg, mode)
+    ref = reference(prob, cfg)
+    assert_untouched_outside(out, ref, prob.live_rows)
+    assert compare_to_reference(out, ref) == []
+    live = out[:prob.live_rows, :ref.window.shape[1]]
+    for b, source in enumerate(EDGE_SOURCES):
+        rows = live[2 * b:2 * b + 2][ref.window[2 * b:2 * b + 2].to(live.device)]
+        assert not torch.isfinite(rows).all(), f"{source}: no NaN/Inf cell in its sequence"
+
+
+I8 = [p for p in CANDIDATES if p.values[0][0] == "opus" and "_i8_" in p.values[0][1]]
+
+
+def plant_wide(prob):
+    """Sequence 0's first page with a key block spread of 12 and its third page with a 0xFF
+    block (both fall outside the fast rule); the rest stays narrow."""
+    kv_scale = prob.kv_scale.clone()
+    pages = prob.block_tables[0].tolist()
+    kv_scale[pages[0], :, 2] = (kv_scale[pages[0], :, 0].int() + 12).clamp(max=250).to(torch.uint8)
+    kv_scale[pages[2], 3, 1] = 0xFF
+    return prob.__class__(**{**prob.__dict__, "kv_scale": kv_scale})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("pair", I8)
+@pytest.mark.parametrize("data", ["narrow", "wide", "mixed"])
+def test_i8_paths_taken(data, pair, mode):
+    """The i8 body counts the 128-key stages it scored on each path: narrow data only fast,
+    default (40-binade) data only canonical, narrow data with planted wide keys both; every
+    result within the tolerance."""
+    if not torch.cuda.is_available() or registry.get("opus").available() is not None:
+        pytest.skip("the opus backend on a GPU")
+    over = {} if data == "wide" else NARROW
+    prob = build("v4_decode", "cuda", seed=53, **over)
+    if data == "mixed":
+        prob = plant_wide(prob)
+    cfg = config(prob, pair, mode)
+    backend, _ = instance_of(pair)
+    out = torch.full((prob.rows + 1, cfg.max_seq_len + 3), -7777.0, device="cuda")
+    records = None
+    if mode == "table":
+        records = cfg.schedule_buffers()
+        backend.build_schedule(cfg, prob.query_start_loc, prob.row_ends, records)
+    stats = torch.zeros(2, dtype=torch.int64, device="cuda")
+    backend.launch(cfg, mode, *prob.args(), out, None, records, path_stats=stats)
+    fast, canonical = stats.tolist()
+    ref = reference(prob, cfg)
+    assert compare_to_reference(out, ref) == []
+    assert_untouched_outside(out, ref, prob.live_rows)
+    if data == "narrow":
+        assert fast > 0 and canonical == 0, (fast, canonical)
+    elif data == "wide":
+        assert fast == 0 and canonical > 0, (fast, canonical)
+    else:
+        assert fast > 0 and canonical >= 2, (fast, canonical)
