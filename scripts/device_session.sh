@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A GPU session's steps in one call, logs under $OUT (or ./device-out):
 #   bash scripts/device_session.sh STEP [STEP ...]
-# Steps: build (install + opus extension), smoke (scripts/i8_smoke.py), tests (pytest -m gpu with
+# Steps: build (install + opus extension), smoke (scripts/wgmma_probe.cu, scripts/i8_smoke.py), tests (pytest -m gpu with
 # PYTEST_ARGS), peer (DeepGEMM built from .peers/ -- the peers' source release copied into the
 # checkout -- then scripts/peer_compare.py with PEER_ARGS), bench (the bench CLI with BENCH_ARGS).
 # DeepGEMM builds in the background from the first step on when "peer" is asked for.
@@ -25,10 +25,12 @@ for s in "$@"; do
       r=$?; echo "opus build rc=$r"; tail -4 "$out/opus_build.log"; rc=$((rc | r)) ;;
     smoke)
       step smoke
-      timeout 180 python3 scripts/i8_smoke.py 2>&1 | tee "$out/smoke.log" | tail -40; rc=$((rc | PIPESTATUS[0])) ;;
+      nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I mqa_logits_mxfp4/backends/opus/csrc \
+        scripts/wgmma_probe.cu -o /tmp/wgmma_probe && timeout 30 /tmp/wgmma_probe | tee "$out/wgmma_probe.log"
+      timeout ${SMOKE_TIMEOUT:-90} python3 scripts/i8_smoke.py 2>&1 | tee "$out/smoke.log" | tail -40; rc=$((rc | PIPESTATUS[0])) ;;
     tests)
       step tests
-      timeout ${TEST_TIMEOUT:-420} python3 -m pytest -m gpu -q -n "${WORKERS:-8}" -p no:cacheprovider ${PYTEST_ARGS:-} \
+      timeout ${TEST_TIMEOUT:-420} python3 -m pytest -m gpu -q -n "${WORKERS:-8}" -p no:cacheprovider --timeout 60 ${PYTEST_ARGS:-} \
         2>&1 | tee "$out/pytest_gpu.log" | tail -30; rc=$((rc | PIPESTATUS[0])) ;;
     peer)
       step peer

@@ -49,7 +49,7 @@ constexpr int kI8WExpLo = -100, kI8WExpHi = 92;
 
 // Scale words for keys nothing may be read for: a dead key (past the group's rows: finite,
 // never stored) and a key whose table entry lies outside the cache (NaN cells).
-__device__ const uint32_t kI8SpecialScales[2] = {0x7F7F7F7Fu, 0xFFFFFFFFu};
+__device__ uint32_t kI8SpecialScales[2] = {0x7F7F7F7Fu, 0xFFFFFFFFu};  // global memory: cp.async reads it
 
 template <int R, int H, int CONS>
 struct I8Shape {
@@ -68,11 +68,14 @@ struct I8Shape {
   static_assert(H % 16 == 0 && H <= 128 && N <= 256, "heads 16..128, rows x heads <= 256");
   static_assert(H <= NC || H == 2 * NC, "a row spans at most two chunks");
   static_assert(CONS >= 1 && CONS <= 3, "one producer warp a consumer warpgroup");
-  // Registers a thread after the reallocation (the whole CTA holds 65536): the producers give
-  // theirs to the consumers.
-  static constexpr int PRODUCER_REGS = CONS == 3 ? 24 : 48;
-  static constexpr int CONSUMER_REGS = CONS == 1 ? 240 : CONS == 2 ? 232 : 160;
-  static_assert(128 * PRODUCER_REGS + CT * CONSUMER_REGS <= 65536, "register file");
+  // Registers a thread after the reallocation: the producers give theirs to the consumers. The
+  // CTA's pool is what it launched with, THREADS x the launch bound's per-thread count (a
+  // multiple of 8); asking for more than the pool holds blocks the consumers' setmaxnreg forever.
+  static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8;
+  static constexpr int PRODUCER_REGS = CONS == 3 ? 24 : 56;
+  static constexpr int CONSUMER_REGS = CONS == 1 ? 240 : CONS == 2 ? 224 : 160;
+  static_assert(128 * PRODUCER_REGS + CT * CONSUMER_REGS <= THREADS * LAUNCH_REGS, "register pool");
+  static_assert(CONSUMER_REGS >= LAUNCH_REGS && PRODUCER_REGS <= LAUNCH_REGS, "setmaxnreg directions");
 };
 
 // One stage: two consecutive 64-key tiles of a piece (the second may lie past the piece: dead).
