@@ -513,10 +513,12 @@ def check_i8_kernel(k: dict, what: str) -> None:
     assert k["loop_local"] == 0, f"{what}: local memory inside the consumers' stage loop"
     assert k["producer_loop_local"] == 0, f"{what}: local memory inside the producer's stage loop"
     nc = min(k["rows"] * k["heads"], 64)
-    # ptxas may add one empty HGMMA.64x8x16 where a wait could find no wgmma in flight
-    assert set(k["gmma"]) - {"HGMMA.64x8x16.F16"} == {f"IGMMA.64x{nc}x32.S8.S8"}, (what, k["gmma"])
+    # nothing else: a dummy HGMMA.64x8x16 that ptxas inserted under register pressure went with
+    # wrong fast-path sums on the H200 (docs/perf-notes.md)
+    assert k["gmma"] == [f"IGMMA.64x{nc}x32.S8.S8"], (what, k["gmma"])
+    # two M blocks x chunks x 4 k-slices, once on the fast path and once a scale block on the canonical
     chunks = k["rows"] * k["heads"] // nc
-    assert k["igmma"] % 4 == 0 and k["igmma"] >= 2 * chunks * 4 * (1 + 4) * 9 // 10, (what, k["igmma"])
+    assert k["igmma"] == 2 * chunks * 4 * (1 + 4), (what, k["igmma"])
 
 
 def test_gfx950_kernels_compile_to_the_scaled_mfma():

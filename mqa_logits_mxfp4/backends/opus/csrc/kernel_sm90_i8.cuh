@@ -63,7 +63,10 @@ struct I8Shape {
   static constexpr int STAGES = 4;
   static constexpr int CT = 128 * CONS;            // consumer threads
   static constexpr int THREADS = 128 + CT;
-  static constexpr bool W_IN_REGS = N <= 128;      // the fast path keeps its weights in registers
+  // The fast path keeps its weights in registers only with one 64-key M block's worth of columns:
+  // at 128 columns the register pressure made ptxas insert a dummy wgmma, and the fast-path sums
+  // came out wrong on the H200 (rows x heads 128 then reads them from shared memory, as 256 does).
+  static constexpr bool W_IN_REGS = N <= 64;
   static constexpr bool BOTH_MB = N <= 64;         // both M blocks' accumulators live at once
   static_assert(H % 16 == 0 && H <= 128 && N <= 256, "heads 16..128, rows x heads <= 256");
   static_assert(H <= NC || H == 2 * NC, "a row spans at most two chunks");

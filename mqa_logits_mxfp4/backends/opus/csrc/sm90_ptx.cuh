@@ -145,6 +145,19 @@ struct WgmmaS8<64> {
   }
 };
 
+template <>
+struct WgmmaS8<128> {
+  static OPUS_DEV void run(int32_t (&d)[64], const uint32_t (&a)[4], uint64_t b, bool acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.u32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p;\n}\n"
+        : OPUS_R32(d, 0), OPUS_R32(d, 32)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(uint32_t(acc)));
+  }
+};
+
 #undef OPUS_R4
 #undef OPUS_R8
 #undef OPUS_R16
