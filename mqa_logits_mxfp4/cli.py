@@ -1,4 +1,5 @@
-"""Command line: `mqa-logits-mxfp4 run | explain | isa | build` (also `python -m mqa_logits_mxfp4`).
+"""Command line: `mqa-logits-mxfp4 run | explain | isa | build | tune | bench` (also
+`python -m mqa_logits_mxfp4`); README.md and docs/contract.md ("Command line") describe them.
 
 - run: a small DeepSeek-V4-shaped forward (a decode step and a prefill) on the best device
   present, checked against the float64 reference, with the decision and timings printed.
@@ -6,75 +7,42 @@
 - isa: AOT-compiles every Triton instance for its native targets (no GPU needed) and checks
   which MMA instructions appear, registers and spills (backends/triton/isa.py).
 - build: builds the opus extension into its cache ahead of first use (or `--check`s the cache).
+- tune, bench: tuning/commands.py.
 
 On the CPU, Triton kernels run only through the interpreter, so `run` and `explain` set
-TRITON_INTERPRET=1 for a CPU device before the kernels are imported (they are imported lazily
-on first use). `isa` needs the opposite: decorated kernels cannot be AOT-compiled under the
+TRITON_INTERPRET=1 for a CPU device before triton is imported (devices.py: Triton reads it when
+it decorates its own library and our kernels), so nothing this module imports at its top
+imports triton. `isa` needs the opposite: decorated kernels cannot be AOT-compiled under the
 interpreter, so it refuses to run when TRITON_INTERPRET is on.
-
-Heavy imports (torch, triton, the package) happen inside the commands: argument errors are
-reported before any of them.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 
-# --- shared --------------------------------------------------------------------------------
+import torch
 
-_TRUE = ("1", "true", "yes", "on", "y")
+from . import __version__, problems, reference
+from .backends.opus import jit
+from .backends.triton import isa
+from .core.errors import MqaLogitsError
+from .devices import interpret_on, parse_device, use_interpreter
+from .dispatch.api import mqa_logits_mxfp4
+from .dispatch.config_cache import mqa_logits_mxfp4_config
+from .dispatch.schedule import mqa_logits_mxfp4_schedule
+from .models import MODELS
+from .tuning.commands import add_commands
 
-# SPEC section 9: geometry of each model's indexer layers (heads, head_dim, page x pages, gather)
-# and a default key bound for `explain`.
-MODELS = {
-    "deepseek_v4": dict(heads=64, head_dim=128, page_size=64, pages_per_block=1, gather=False,
-                        max_seq_len=65536),
-    "deepseek_v4_1": dict(heads=32, head_dim=128, page_size=8, pages_per_block=32, gather=False,
-                          max_seq_len=65536),
-    "deepseek_v4_1_candidate": dict(heads=32, head_dim=128, page_size=8, pages_per_block=1,
-                                    gather=True, max_seq_len=16384),
-}
-_BASE_BOUNDS = dict(heads=64, head_dim=128, page_size=64, pages_per_block=1, gather=False,
-                    max_seq_len=8192)
-
-
-def _interpret_on() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in _TRUE
-
-
-def _use_interpreter(why: str) -> None:
-    """Switch Triton to its interpreter; must happen before the kernels module is imported."""
-    if "mqa_logits_mxfp4.backends.triton.kernels" in sys.modules and not _interpret_on():
-        raise SystemExit("error: the Triton kernels were already imported without TRITON_INTERPRET=1; "
-                         "set it in the environment to run on the CPU")
-    if not _interpret_on():
-        print(f"{why}: device cpu, so setting TRITON_INTERPRET=1 (Triton kernels run on the CPU only "
-              "through its interpreter)", file=sys.stderr)
-    os.environ["TRITON_INTERPRET"] = "1"
-
-
-def _device(name: str | None, parser: argparse.ArgumentParser):
-    import torch
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as e:
-        parser.error(f"--device: {e}")
-    if device.type not in ("cpu", "cuda"):
-        parser.error(f"--device must be cpu or cuda[:N]; got {name!r}")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {name}: torch sees no CUDA/ROCm device here (torch {torch.__version__})")
-    return device
+V4 = MODELS["deepseek_v4"]
+_BASE_BOUNDS = dict(V4.geometry(), max_seq_len=8192)  # explain's defaults without --model
 
 
 # --- run -----------------------------------------------------------------------------------
 
-# (step, sequences as (context tokens, rows), graph-padding rows); CSA ratio 4 everywhere.
+# (step, sequences as (context tokens, rows), graph-padding rows); DeepSeek-V4 layers (ratio 4).
 _RUN_GPU = (("decode", ((2048, 2), (4096, 2), (6144, 2), (8192, 2)), 4),
             ("prefill", ((8192, 512),), 0))
 _RUN_CPU = (("decode", ((1024, 2), (1536, 2), (2048, 2), (1280, 2)), 2),
@@ -84,7 +52,6 @@ _GPU_ITERS = 50
 
 def _median_gpu(fn) -> float:
     """Median seconds of back-to-back calls, CUDA events (host overhead shows where it dominates)."""
-    import torch
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
              for _ in range(_GPU_ITERS)]
     for start, stop in pairs:
@@ -108,8 +75,8 @@ def _eager(device, fn):
 
 
 def _graph(fn):
-    """(seconds per replay, result): `fn` captured once in a CUDA graph (SPEC: every call can be)."""
-    import torch
+    """(seconds per replay, result): `fn` captured once in a CUDA graph (every call can be:
+    docs/contract.md, "CUDA graphs")."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -127,34 +94,34 @@ def _fmt_s(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} us" if seconds < 1e-2 else f"{seconds:.2f} s"
 
 
-def _run_step(mx, problems, reference, torch, device, name, seqs, pad, seed) -> list[str]:
+def _run_step(device, name, seqs, pad, seed) -> list[str]:
     """One step of `run`; returns the failures (empty: PASS)."""
-    p = problems.make_problem(heads=64, head_dim=128, page_size=64, seqs=seqs, ratio=4, pad_rows=pad,
+    p = problems.make_problem(**V4.geometry(), seqs=seqs, ratio=V4.ratio, pad_rows=pad,
                               generator=torch.Generator().manual_seed(seed), device=device)
     contexts = sorted({c for c, _ in seqs})
     span = f"{contexts[0]}..{contexts[-1]}" if len(contexts) > 1 else f"{contexts[0]}"
     print(f"\n== {name}: {p.num_seqs} sequence(s) x {p.max_qlen} rows (+{pad} padding rows), context "
-          f"{span} tokens, CSA ratio 4 -> up to {p.max_seq_len} keys; "
+          f"{span} tokens, CSA ratio {V4.ratio} -> up to {p.max_seq_len} keys; "
           f"H{p.heads} D{p.head_dim} page {p.page_size}")
-    cfg = mx.mqa_logits_mxfp4_config(device, heads=p.heads, head_dim=p.head_dim, page_size=p.page_size,
-                                     max_rows=p.rows, max_seqs=p.num_seqs, max_qlen=p.max_qlen,
-                                     max_seq_len=p.max_seq_len)
+    cfg = mqa_logits_mxfp4_config(device, heads=p.heads, head_dim=p.head_dim, page_size=p.page_size,
+                                  max_rows=p.rows, max_seqs=p.num_seqs, max_qlen=p.max_qlen,
+                                  max_seq_len=p.max_seq_len)
     print(cfg.explain())
 
     def free():
-        return mx.mqa_logits_mxfp4(*p.args(), cfg=cfg)
+        return mqa_logits_mxfp4(*p.args(), cfg=cfg)
 
     def forward():  # what a forward does in Table mode: one schedule, then the op
-        sched = mx.mqa_logits_mxfp4_schedule(cfg, p.query_start_loc, p.row_ends)
-        return mx.mqa_logits_mxfp4(*p.args(), cfg=cfg, schedule=sched)
+        sched = mqa_logits_mxfp4_schedule(cfg, p.query_start_loc, p.row_ends)
+        return mqa_logits_mxfp4(*p.args(), cfg=cfg, schedule=sched)
 
-    sched = mx.mqa_logits_mxfp4_schedule(cfg, p.query_start_loc, p.row_ends)
+    sched = mqa_logits_mxfp4_schedule(cfg, p.query_start_loc, p.row_ends)
     times = {}
     times[f"{cfg.mode} (no schedule)"], out_free = _eager(device, free)
     times["schedule build"], _ = _eager(
-        device, lambda: mx.mqa_logits_mxfp4_schedule(cfg, p.query_start_loc, p.row_ends))
+        device, lambda: mqa_logits_mxfp4_schedule(cfg, p.query_start_loc, p.row_ends))
     times["table (with schedule)"], out_table = _eager(
-        device, lambda: mx.mqa_logits_mxfp4(*p.args(), cfg=cfg, schedule=sched))
+        device, lambda: mqa_logits_mxfp4(*p.args(), cfg=cfg, schedule=sched))
     outs = {cfg.mode: out_free, "table": out_table}
     if device.type == "cuda":
         times[f"{cfg.mode}, graph replay"], outs[f"{cfg.mode} (graph)"] = _graph(free)
@@ -188,27 +155,21 @@ def _run_step(mx, problems, reference, torch, device, name, seqs, pad, seed) -> 
 
 def _cmd_run(args, parser) -> int:
     t0 = time.perf_counter()
-    device = _device(args.device, parser)
+    device = parse_device(args.device, parser)
     if device.type == "cpu":
-        _use_interpreter("run")
-    import torch
-
-    import mqa_logits_mxfp4 as mx
-    from . import problems, reference
-
-    if device.type == "cpu":
-        from .backends.triton.backend import interpreting
+        use_interpreter("run")
+        from .backends.triton.backend import interpreting  # imports triton: after the switch above
         if not interpreting():
             raise SystemExit("error: the Triton kernels are not interpreted; set TRITON_INTERPRET=1")
     what = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (Triton interpreter)"
-    print(f"mqa_logits_mxfp4 {mx.__version__} run on {device} [{what}], torch {torch.__version__}, "
+    print(f"mqa_logits_mxfp4 {__version__} run on {device} [{what}], torch {torch.__version__}, "
           f"seed {args.seed}")
     steps = _RUN_GPU if device.type == "cuda" else _RUN_CPU
     passed = True
     for name, seqs, pad in steps:
         try:
-            passed &= not _run_step(mx, problems, reference, torch, device, name, seqs, pad, args.seed)
-        except mx.MqaLogitsError as e:
+            passed &= not _run_step(device, name, seqs, pad, args.seed)
+        except MqaLogitsError as e:
             print(f"  FAIL {name}: {type(e).__name__}: {e}")
             passed = False
     print(f"\nrun: {'PASS' if passed else 'FAIL'} ({len(steps)} steps, {time.perf_counter() - t0:.1f} s)")
@@ -220,20 +181,19 @@ def _cmd_run(args, parser) -> int:
 def _cmd_explain(args, parser) -> int:
     bounds = dict(_BASE_BOUNDS)
     if args.model:
-        bounds.update(MODELS[args.model])
+        model = MODELS[args.model]
+        bounds.update(model.geometry(), max_seq_len=model.max_seq_len)
     for name in ("heads", "head_dim", "page_size", "pages_per_block", "gather", "max_seq_len"):
         if getattr(args, name) is not None:
             bounds[name] = getattr(args, name)
-    device = _device(args.device, parser)
+    device = parse_device(args.device, parser)
     if device.type == "cpu":
-        _use_interpreter("explain")
-    import mqa_logits_mxfp4 as mx
-
+        use_interpreter("explain")
     max_rows = args.max_rows if args.max_rows is not None else args.max_seqs * args.max_qlen
     try:
-        cfg = mx.mqa_logits_mxfp4_config(device, max_rows=max_rows, max_seqs=args.max_seqs,
-                                         max_qlen=args.max_qlen, **bounds)
-    except mx.MqaLogitsError as e:
+        cfg = mqa_logits_mxfp4_config(device, max_rows=max_rows, max_seqs=args.max_seqs,
+                                      max_qlen=args.max_qlen, **bounds)
+    except MqaLogitsError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     print(cfg.explain())
@@ -243,19 +203,17 @@ def _cmd_explain(args, parser) -> int:
 # --- isa -----------------------------------------------------------------------------------
 
 def _cmd_isa(args, parser) -> int:
-    if _interpret_on():
+    if interpret_on():
         print("error: isa AOT-compiles the Triton kernels, which cannot be done when they are decorated "
               "under the interpreter; unset TRITON_INTERPRET (e.g. `env -u TRITON_INTERPRET "
               "mqa-logits-mxfp4 isa`)", file=sys.stderr)
         return 2
-    from .backends.triton import isa
     return isa.run(args.target, args.mode, args.jobs, args.json)
 
 
 # --- build ---------------------------------------------------------------------------------
 
 def _cmd_build(args, parser) -> int:
-    from .backends.opus import jit
     return jit.main((["--check"] if args.check else []) + (["--verbose"] if args.verbose else []))
 
 
@@ -264,6 +222,7 @@ def _cmd_build(args, parser) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mqa-logits-mxfp4",
                                 description="MXFP4 paged MQA indexer logits (DeepSeek-V4 / V4.1).")
+    p.add_argument("--version", action="version", version=f"mqa-logits-mxfp4 {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="{run,explain,isa,build,tune,bench}")
 
     run = sub.add_parser("run", help="a small DeepSeek-V4 forward (decode + prefill) checked "
@@ -276,8 +235,8 @@ def _parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("explain", help="the backend/instance/mode picked for given bounds, and why")
     ex.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if present, else cpu; on "
                     "the CPU this sets TRITON_INTERPRET=1, as run does)")
-    ex.add_argument("--model", choices=sorted(MODELS), help="SPEC section 9 geometry preset; "
-                    "explicit options override it")
+    ex.add_argument("--model", choices=sorted(MODELS), help="a model's indexer geometry "
+                    "(mqa_logits_mxfp4/models.py; docs/contract.md, \"Models\"); explicit options override it")
     ex.add_argument("--heads", type=int, help="default 64")
     ex.add_argument("--head-dim", type=int, help="default 128")
     ex.add_argument("--page-size", type=int, help="default 64")
@@ -290,23 +249,21 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--max-seq-len", type=int, help="default 8192 (a model preset sets its own)")
     ex.set_defaults(subparser=ex)
 
-    from .backends.triton.isa import ISA_DEFAULT_TARGETS, ISA_TARGETS, MODE_CODE
-    isa = sub.add_parser("isa", help="AOT-compile every Triton instance for its native targets "
+    isa_cmd = sub.add_parser("isa", help="AOT-compile every Triton instance for its native targets "
                          "(no GPU needed): MMA instructions, registers, spills")
-    isa.add_argument("--json", metavar="FILE", help="write the records as JSON")
-    isa.add_argument("--target", action="append", choices=sorted(ISA_TARGETS),
-                     help=f"only this target (repeatable; default {', '.join(ISA_DEFAULT_TARGETS)})")
-    isa.add_argument("--mode", action="append", choices=sorted(MODE_CODE),
-                     help="only this mode (repeatable; default all)")
-    isa.add_argument("--jobs", type=int, help="compile processes (default: CPU count)")
-    isa.set_defaults(subparser=isa)
+    isa_cmd.add_argument("--json", metavar="FILE", help="write the records as JSON")
+    isa_cmd.add_argument("--target", action="append", choices=sorted(isa.ISA_TARGETS),
+                         help=f"only this target (repeatable; default {', '.join(isa.ISA_DEFAULT_TARGETS)})")
+    isa_cmd.add_argument("--mode", action="append", choices=sorted(isa.MODE_CODE),
+                         help="only this mode (repeatable; default all)")
+    isa_cmd.add_argument("--jobs", type=int, help="compile processes (default: CPU count)")
+    isa_cmd.set_defaults(subparser=isa_cmd)
 
     build = sub.add_parser("build", help="build the opus extension into its cache ahead of first use "
-                           "(CUDA or ROCm torch with nvcc / hipcc)")
+                           "(CUDA or ROCm torch with nvcc / hipcc)", epilog=jit.EXIT_RULE)
     build.add_argument("--check", action="store_true", help="only report whether it is built; never build")
     build.add_argument("--verbose", action="store_true", help="show the compiler's commands")
     build.set_defaults(subparser=build)
-    from .tuning.commands import add_commands
     add_commands(sub)
     return p
 

@@ -1,6 +1,6 @@
 """MXFP4 storage formats: E2M1 element codes (two per byte) and E8M0 block scales.
 
-SPEC section 2. Everything here is plain torch and runs on any device.
+docs/contract.md ("Formats"). Everything here is plain torch and runs on any device.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from .reference import key_slots
 
 @dataclass
 class Problem:
-    """One op call's inputs (SPEC section 3) and the static facts about them."""
+    """One op call's inputs (docs/contract.md, "Tensors") and the static facts about them."""
 
     q: torch.Tensor  # uint8 [rows, heads, head_dim/2]
     q_scale: torch.Tensor  # uint8 [rows, heads, head_dim/32]

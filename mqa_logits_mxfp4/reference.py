@@ -1,4 +1,4 @@
-"""Float64 reference, magnitude bound and canonical float32 evaluation (SPEC section 1, docs/numerics.md).
+"""Float64 reference, magnitude bound and canonical float32 evaluation (docs/numerics.md).
 
 Device-agnostic torch code for tests, the tuner and the self-check. It reads small device data
 on the host (row counts, row ends) and is never on the op's path.
@@ -68,7 +68,7 @@ def mqa_logits_reference(q, q_scale, kv_cache, kv_scale, weights, block_tables, 
                          chunk_bytes: int = _CHUNK_BYTES) -> Reference:
     """Evaluate the op for rows 0 .. query_start_loc[-1] - 1 and keys 0 .. max_seq_len - 1.
 
-    Shapes and dtypes as in SPEC section 3 (uint8 or float4/e8m0 views; weights bf16/fp32).
+    Shapes and dtypes as in docs/contract.md ("Tensors") (uint8 or float4/e8m0 views; weights bf16/fp32).
     Results live on q's device. Raises ValueError when a window leaves max_seq_len or the table.
     """
     q, q_scale, kv_cache, kv_scale = (as_uint8(t) for t in (q, q_scale, kv_cache, kv_scale))

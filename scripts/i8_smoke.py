@@ -10,8 +10,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mqa_logits_mxfp4.dispatch import registry  # noqa: E402
-from mqa_logits_mxfp4.dispatch.config import ProblemKey, device_facts  # noqa: E402
-from mqa_logits_mxfp4.dispatch.select import make_config  # noqa: E402
+from mqa_logits_mxfp4.core.problem import ProblemKey, device_facts  # noqa: E402
+from mqa_logits_mxfp4.dispatch.config import make_config  # noqa: E402
 from mqa_logits_mxfp4.problems import make_problem  # noqa: E402
 from mqa_logits_mxfp4.reference import compare_to_reference, mqa_logits_reference  # noqa: E402
 

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mqa_logits_mxfp4 as mx  # noqa: E402
 from mqa_logits_mxfp4.dispatch import registry  # noqa: E402
-from mqa_logits_mxfp4.dispatch.config import ProblemKey, device_facts  # noqa: E402
-from mqa_logits_mxfp4.dispatch.select import make_config  # noqa: E402
+from mqa_logits_mxfp4.core.problem import ProblemKey, device_facts  # noqa: E402
+from mqa_logits_mxfp4.dispatch.config import make_config  # noqa: E402
 from mqa_logits_mxfp4.problems import DATA_KINDS, make_problem  # noqa: E402
 from mqa_logits_mxfp4.tuning import peer  # noqa: E402
 from mqa_logits_mxfp4.tuning.bench import floor_us, problem_work  # noqa: E402

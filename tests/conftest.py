@@ -24,7 +24,8 @@ def isolated_dispatch(monkeypatch, tmp_path_factory):
     """No MQA_LOGITS_MXFP4_* from the caller, no shipped tables; caches dropped before and after.
     Yields the monkeypatch, so a test can set variables of its own (mx.reload() to read them)."""
     import mqa_logits_mxfp4 as mx
-    from mqa_logits_mxfp4.dispatch import env, table
+    from mqa_logits_mxfp4.core import env
+    from mqa_logits_mxfp4.dispatch import table
 
     for name in [n for n in os.environ if n.startswith(env.PREFIX)]:
         monkeypatch.delenv(name)

@@ -5,7 +5,7 @@
 - sm90: nvcc (CUDA_HOME or PATH) for sm_90 with `-Xptxas -v`: registers, spills, stack frame
   of every kernel; SASS through cuobjdump (the triton wheel ships one) for the MMA it runs.
 - gfx942, gfx950: Debian's clang-22 with the HIP 7 headers and ocml/ockl bitcode of the triton
-  wheel plus generated oclc_* control bitcode (shared/notes/HIP.md), device code to ISA with
+  wheel plus generated oclc_* control bitcode (docs/opus-backend.md), device code to ISA with
   -DOPUS_GFX=942 / 950 (the body jit.py builds for that device): VGPRs, AGPRs, SGPRs, spills,
   scratch, LDS and the count of every MFMA mnemonic in every kernel.
 - bindings: g++ syntax check of bindings.cpp against the installed torch headers, and the

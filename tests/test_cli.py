@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mqa_logits_mxfp4.cli import MODELS
+from mqa_logits_mxfp4.models import MODELS
 
 
 def cli(*args, timeout=120, env_drop=("TRITON_INTERPRET",)):
@@ -44,12 +44,11 @@ def test_explain_names_backend_instance_and_source():
 def test_explain_model_presets(model):
     res = cli("explain", "--device", "cpu", "--model", model, "--max-seqs", "2", "--max-qlen", "4")
     assert res.returncode == 0, res.stdout + res.stderr
-    geometry = MODELS[model]
-    expect = (f"H{geometry['heads']} D{geometry['head_dim']} page "
-              f"{geometry['page_size']}x{geometry['pages_per_block']}")
+    preset = MODELS[model]
+    expect = f"H{preset.heads} D{preset.head_dim} page {preset.page_size}x{preset.pages_per_block}"
     assert expect in res.stdout
-    assert ("gather" in res.stdout.splitlines()[0]) == geometry["gather"]
-    assert f"seq_len<={geometry['max_seq_len']}" in res.stdout
+    assert ("gather" in res.stdout.splitlines()[0]) == preset.gather
+    assert f"seq_len<={preset.max_seq_len}" in res.stdout
 
 
 def test_explain_option_overrides_preset():
@@ -82,3 +81,21 @@ def test_cuda_device_without_gpu_is_refused():
     assert res.returncode == 2
     assert "torch sees no CUDA/ROCm device" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_version():
+    import mqa_logits_mxfp4 as mx
+    res = cli("--version")
+    assert res.returncode == 0 and res.stdout.strip() == f"mqa-logits-mxfp4 {mx.__version__}"
+
+
+@pytest.mark.parametrize("args", [("build", "--check"), ("build",)])
+def test_build_where_nothing_can_be_built_says_so_and_exits_2(args):
+    import torch
+    if torch.version.cuda or getattr(torch.version, "hip", None):
+        pytest.skip("a CUDA / ROCm torch: the opus extension can be built here")
+    res = cli(*args)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "nothing can be built on this machine: torch" in res.stderr and "is CPU-only" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert "2: nothing can be built on this machine" in " ".join(cli("build", "--help").stdout.split())

@@ -1,4 +1,4 @@
-"""Selection (SPEC sections 4-6): env pins, config values, tuned rows, errors, first-use self-check.
+"""Selection (docs/contract.md, "Dispatch"): env pins, config values, tuned rows, errors, first-use self-check.
 
 CPU only: the Triton backend runs through its interpreter (TRITON_INTERPRET=1, set by CI).
 """
@@ -7,6 +7,8 @@ import csv
 import dataclasses
 import logging
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -14,8 +16,9 @@ import torch
 import mqa_logits_mxfp4 as mx
 from mqa_logits_mxfp4.backends.triton import backend as triton_backend
 from mqa_logits_mxfp4.backends.triton import instances as triton_instances
-from mqa_logits_mxfp4.dispatch import config, env, registry, table
-from mqa_logits_mxfp4.dispatch.schedule import RECORD_INTS
+from mqa_logits_mxfp4.core import env
+from mqa_logits_mxfp4.core.records import RECORD_INTS
+from mqa_logits_mxfp4.dispatch import config_cache, registry, table
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="CPU selection needs the Triton interpreter: TRITON_INTERPRET=1")
@@ -99,7 +102,10 @@ def test_env_pinned_backend_without_fitting_instance(monkeypatch):
         build(page_size=12)
     msg = str(e.value)
     assert "pinned backend triton (MQA_LOGITS_MXFP4_BACKEND) has no instance" in msg
-    assert "fp8_r1n64w4s2 needs page_size in (8, 16, 32, 64, 128); got 12" in msg
+    # every instance breaks the rule: it is said once, naming how many and which
+    assert ("page_size: 15 instances (fp8_r1n64w4s2, fp8_r1n64w8s2, ..., scaled_r8n64w8s2): needs page_size "
+            "in (8, 16, 32, 64, 128); got 12") in msg
+    assert msg.count("needs page_size") == 1
 
 
 @pytest.mark.parametrize("name", ["f16_r2n64w8s2", "scaled_r2n64w8s2"])
@@ -138,7 +144,7 @@ def test_env_instance_of_another_backend(monkeypatch):
     ("fp8_r4n64w8s2", dict(heads=128), "tile: fp8_r4n64w8s2 needs rows x heads <= 256; got 4 x 128"),
     ("f16_r8n64w8s2", dict(heads=64), "tile: f16_r8n64w8s2 needs rows x heads <= 256; got 8 x 64"),
     ("fp8_r2n64w8s2", dict(gather=True),
-     "gather: gather mode needs a one-row instance (each row has its own table); fp8_r2n64w8s2 has 2"),
+     "gather: fp8_r2n64w8s2 has 2 rows; gather mode needs a one-row instance (each row has its own table)"),
     ("fp8_r1n64w4s2", dict(head_dim=64), "head_dim: fp8_r1n64w4s2 needs head_dim in (128,); got 64"),
 ])
 def test_env_pinned_instance_that_cannot_serve(monkeypatch, name, bounds, reason):
@@ -174,6 +180,17 @@ def test_env_read_once_until_reload(monkeypatch):
     mx.reload()
     with pytest.raises(mx.PinnedBackendError):
         build()
+
+
+def test_env_log_prints_without_any_logging_configured():
+    """A process that never configured logging still sees MQA_LOGITS_MXFP4_LOG=1's lines."""
+    code = ("import mqa_logits_mxfp4 as mx; "
+            "mx.mqa_logits_mxfp4_config('cpu', heads=64, max_rows=4, max_seqs=2, max_seq_len=1024)")
+    env = {**os.environ, "MQA_LOGITS_MXFP4_LOG": "1", "TRITON_INTERPRET": "1"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "mqa_logits_mxfp4: MqaLogitsConfig(cpu/1: H64 D128 page 64x1" in res.stderr
+    assert "(default rule for cpu)" in res.stderr
 
 
 def test_env_log_once_per_decision(monkeypatch, caplog):
@@ -269,6 +286,18 @@ def test_invalid_bounds(bound, value):
     assert str(e.value) == f"{bound} must be a positive int; got {value!r}"
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: a CUDA config is valid here")
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", 0, torch.device("cuda", 1)])
+def test_cuda_config_without_a_gpu_is_an_input_error(device):
+    with pytest.raises(mx.InputError, match=r"needs a GPU, but torch .* sees none; pass device='cpu'"):
+        build(device)
+
+
+def test_table_error_is_one_of_the_family():
+    assert issubclass(mx.TableError, mx.MqaLogitsError) and table.TableError is mx.TableError
+    assert {"TableError", "CaptureError", "__version__"} <= set(mx.__all__)
+
+
 def test_invalid_device():
     with pytest.raises(mx.InputError, match="device must be a CUDA/ROCm GPU or the CPU; got meta"):
         build("meta")
@@ -278,13 +307,13 @@ def test_cache_keeps_1024_most_recent():
     first = build(max_seq_len=1)
     for n in range(2, 1100):
         build(max_seq_len=n)
-    info = config._config_for.cache_info()
+    info = config_cache._config_for.cache_info()
     assert info.maxsize == 1024 and info.currsize == 1024
     misses = info.misses
     last = build(max_seq_len=1099)
-    assert config._config_for.cache_info().misses == misses  # a recent one is still cached
+    assert config_cache._config_for.cache_info().misses == misses  # a recent one is still cached
     again = build(max_seq_len=1)
-    assert config._config_for.cache_info().misses == misses + 1  # the oldest was evicted
+    assert config_cache._config_for.cache_info().misses == misses + 1  # the oldest was evicted
     assert again == first and again is not first and last.max_seq_len == 1099
 
 
@@ -292,10 +321,15 @@ def test_cache_keeps_1024_most_recent():
 # no backend
 
 
+ALL_TRITON = "15 instances (fp8_r1n64w4s2, fp8_r1n64w8s2, ..., scaled_r8n64w8s2)"
+
+
 @pytest.mark.parametrize("bounds, reason", [
-    (dict(heads=24), "fp8_r1n64w4s2 needs heads in (16, 32, 64, 128); got 24"),
-    (dict(page_size=12), "scaled_r8n64w8s2 needs page_size in (8, 16, 32, 64, 128); got 12"),
-    (dict(head_dim=96), "f16_r2n64w8s2 needs head_dim in (128,); got 96"),
+    (dict(heads=24), f"heads: {ALL_TRITON}: needs heads in (16, 32, 64, 128); got 24"),
+    (dict(heads=12), f"heads: {ALL_TRITON}: needs heads in (16, 32, 64, 128); got 12"),
+    (dict(page_size=12), f"page_size: {ALL_TRITON}: needs page_size in (8, 16, 32, 64, 128); got 12"),
+    (dict(head_dim=96), "head_dim: 10 instances (fp8_r1n64w4s2, fp8_r1n64w8s2, ..., f16_r8n64w8s2): "
+                        "needs head_dim in (128,); got 96"),
 ])
 def test_no_backend_lists_every_backend(bounds, reason):
     with pytest.raises(mx.NoBackendError) as e:
@@ -305,6 +339,9 @@ def test_no_backend_lists_every_backend(bounds, reason):
     lines = msg.splitlines()[1:]
     assert [ln.strip().split(":")[0] for ln in lines] == ["triton", "opus", "flydsl"]
     assert reason in msg
+    rule = reason.split("): ")[1].split(";")[0]
+    assert msg.count(rule) == 1  # a rule many instances break is said once
+    assert len(lines[0]) < 700, lines[0]  # one line a rule, not one a (rule, instance)
     assert f"opus: {OPUS_WHY}" in msg
     assert f"flydsl: {registry.get('flydsl').available()}" in msg
 

@@ -25,13 +25,13 @@ import pytest
 import torch
 
 import mqa_logits_mxfp4 as mx
-from mqa_logits_mxfp4.dispatch import worksplit
+from mqa_logits_mxfp4.worksplit import rules as worksplit
 from mqa_logits_mxfp4.backends.flydsl.backend import BACKEND
 from mqa_logits_mxfp4.backends.flydsl.instances import INSTANCES
 from mqa_logits_mxfp4.backends.flydsl.spec import MODES, check_matrix
 from mqa_logits_mxfp4.backends.flydsl.toolchain import PINNED_VERSION, find_lld, installed_version
 from mqa_logits_mxfp4.dispatch import registry
-from mqa_logits_mxfp4.dispatch.config import ProblemKey
+from mqa_logits_mxfp4.core.problem import ProblemKey
 
 CHECK = Path(__file__).with_name("flydsl_compile_check.py")
 HAVE_FLYDSL = importlib.util.find_spec("flydsl") is not None
@@ -123,7 +123,7 @@ def test_backend_fits_the_model_layouts():
     ("fly_h64_r1w4", dict(heads=32), "heads: fly_h64_r1w4 needs heads in (64,); got 32"),
     ("fly_h64_r1w4", dict(page_size=12), "page_size: fly_h64_r1w4 needs page_size in (8, 16, 32, 64, 128); got 12"),
     ("fly_h64_r2w4", dict(gather=True),
-     "gather: gather mode needs a one-row instance (each row has its own table); fly_h64_r2w4 has 2"),
+     "gather: fly_h64_r2w4 has 2 rows; gather mode needs a one-row instance (each row has its own table)"),
 ])
 def test_instance_rules(name, over, reason):
     inst = next(i for i in INSTANCES if i.name == name)
@@ -190,7 +190,7 @@ def lanes_for(qsl):
 @pytest.mark.skipif(not INTERPRETING, reason="the Triton schedule kernel runs on the CPU under TRITON_INTERPRET=1")
 @pytest.mark.parametrize("rows, block_n", [(1, 64), (2, 64), (4, 32)])
 def test_cta_range_matches_the_triton_schedule_records(rows, block_n):
-    from mqa_logits_mxfp4.backends.triton.kernels import build_schedule_kernel
+    from mqa_logits_mxfp4.worksplit.kernel import build_schedule_kernel
     for qsl, ends in ragged_cases():
         lanes = lanes_for(qsl)
         for nprog in (1, 3, 8):

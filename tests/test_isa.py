@@ -13,17 +13,11 @@ import sys
 import pytest
 
 from mqa_logits_mxfp4.backends.triton.instances import INSTANCES
-from mqa_logits_mxfp4.backends.triton.isa import EXPECTED_SPILLS, ISA_VARIANTS
+from mqa_logits_mxfp4.backends.triton.isa import EXPECTED_MMA, EXPECTED_SPILLS, ISA_DEFAULT_TARGETS, ISA_VARIANTS
 
-# (target, MMA kind as in backend._MMA: 0 fp8, 1 16-bit float, 2 dot_scaled) -> the only MMA
-# instructions allowed: a silent fallback (e.g. to mma.sync on Hopper) fails.
-ALLOWED_MMA = {
-    ("sm_90", 0): r"^QGMMA\.",
-    ("sm_90", 1): r"^HGMMA\.",
-    ("gfx950", 0): r"^v_mfma_f32_\d+x\d+x\d+_fp8_fp8$",
-    ("gfx950", 1): r"^v_mfma_f32_\d+x\d+x\d+_b?f16$",
-    ("gfx950", 2): r"^v_mfma_scale_f32_\d+x\d+x\d+_f8f6f4$",
-}
+# (target, MMA kind) -> the only MMA instructions allowed there (isa.py's one table): a silent
+# fallback (e.g. to mma.sync on Hopper) fails.
+ALLOWED_MMA = {k: pattern for k, pattern in EXPECTED_MMA.items() if k[0] in ISA_DEFAULT_TARGETS}
 
 
 def isa(*args, interpret=False, timeout=1800):
@@ -71,8 +65,9 @@ def test_expected_mma(records, target, kind):
     pattern = ALLOWED_MMA[(target, kind)]
     for r in found:
         assert r["mma"], (r["instance"], r["mode"], "no MMA instruction at all")
-        wrong = [m for m in r["mma"] if not re.search(pattern, m)]
+        wrong = [m for m in r["mma"] if not re.fullmatch(pattern, m)]
         assert not wrong, f"{r['instance']} {r['mode']} on {target}: {wrong} (want /{pattern}/)"
+        assert r["mma_ok"] and r["mma_unexpected"] == wrong
 
 
 def test_production_instances_do_not_spill(records):

@@ -28,8 +28,9 @@ import mqa_logits_mxfp4 as mx
 from mqa_logits_mxfp4.backends.opus import instances as opus_instances
 from mqa_logits_mxfp4.backends.opus import jit
 from mqa_logits_mxfp4.backends.opus.backend import BACKEND
-from mqa_logits_mxfp4.dispatch import registry, worksplit
-from mqa_logits_mxfp4.dispatch.config import ProblemKey
+from mqa_logits_mxfp4.core.problem import ProblemKey
+from mqa_logits_mxfp4.dispatch import registry
+from mqa_logits_mxfp4.worksplit import rules as worksplit
 
 sys.path.insert(0, str(Path(__file__).parent))
 import opus_compile_check as cc  # noqa: E402
@@ -112,7 +113,7 @@ def test_backend_rules(over, reason):
     ("sm90_f16_r4w4", dict(heads=128), "heads: sm90_f16_r4w4 needs heads in (16, 32, 64); got 128"),
     ("sm90_f16_r1w4", dict(page_size=12), "page_size: sm90_f16_r1w4 needs page_size in (8, 16, 32, 64, 128); got 12"),
     ("sm90_f16_r2w4", dict(gather=True),
-     "gather: gather mode needs a one-row instance (each row has its own table); sm90_f16_r2w4 has 2"),
+     "gather: sm90_f16_r2w4 has 2 rows; gather mode needs a one-row instance (each row has its own table)"),
     ("gfx950_mxf4_r1w2", dict(), "arch: gfx950_mxf4_r1w2 runs on gfx950; got sm_90"),
     ("gfx942_f16_r1w4", dict(), "arch: gfx942_f16_r1w4 runs on gfx942; got sm_90"),
     ("gfx942_f16_r2w4", dict(arch="gfx942", heads=128), "heads: gfx942_f16_r2w4 needs heads in (16, 32, 64); got 128"),
@@ -262,7 +263,7 @@ def ragged_cases(seed=7, count=10):
 @needs_cxx
 @pytest.mark.parametrize("rows", [1, 2, 4, 8])
 def test_work_split_matches_the_python_statement(rows):
-    """csrc/worksplit.h (what every opus kernel iterates) against dispatch/worksplit.py (whose
+    """csrc/worksplit.h (what every opus kernel iterates) against worksplit/rules.py (whose
     cta_range tests/test_flydsl.py checks against the shared Triton schedule records)."""
     jobs = []
     for qsl, ends in ragged_cases(seed=rows):
@@ -381,7 +382,7 @@ def test_hip_build_targets_the_visible_device(monkeypatch, gcn, want):
 
 
 def mx_reason(check, message):
-    from mqa_logits_mxfp4.backends.base import Reason
+    from mqa_logits_mxfp4.core.instance import Reason
     return Reason(check, message)
 
 

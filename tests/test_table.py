@@ -1,4 +1,4 @@
-"""Tuned tables (SPEC section 6): schema, merging, collisions, overrides and the lookup rule."""
+"""Tuned tables (docs/contract.md, "Tuned tables"): schema, merging, collisions, overrides and the lookup rule."""
 
 import os
 
@@ -7,8 +7,9 @@ import torch
 
 import mqa_logits_mxfp4 as mx
 from mqa_logits_mxfp4.dispatch import table
-from mqa_logits_mxfp4.dispatch.config import ProblemKey
-from mqa_logits_mxfp4.dispatch.table import COLUMNS, TableError
+from mqa_logits_mxfp4.core.errors import TableError
+from mqa_logits_mxfp4.core.problem import ProblemKey
+from mqa_logits_mxfp4.dispatch.table import COLUMNS
 
 from helpers import write_csv
 

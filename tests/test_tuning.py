@@ -16,8 +16,9 @@ import torch
 import mqa_logits_mxfp4 as mx
 from mqa_logits_mxfp4.dispatch import registry, table
 from mqa_logits_mxfp4.dispatch.checks import check_inputs
-from mqa_logits_mxfp4.dispatch.select import make_config
-from mqa_logits_mxfp4.dispatch.table import COLUMNS, TableError
+from mqa_logits_mxfp4.core.errors import TableError
+from mqa_logits_mxfp4.dispatch.config import make_config
+from mqa_logits_mxfp4.dispatch.table import COLUMNS
 from mqa_logits_mxfp4.tuning import bench, report, suites, tables, tuner
 from mqa_logits_mxfp4.tuning.commands import _parser, main
 
@@ -290,6 +291,22 @@ def test_a_wrong_candidate_is_rejected_and_never_picked(how, caplog):
     assert result.best.candidate.backend is TRITON
     assert not any(broken.name in c for c in timer.calls)  # never timed
     assert f"{broken.name}/{INSTANCE}/free rejected" in caplog.text
+
+
+@needs_kernels
+def test_non_canonical_candidates_are_said_once_a_run(caplog):
+    """The Triton scaled family differs bitwise from the canonical order by design: recorded per
+    shape, said once a run (not once a candidate and shape); canonical ones must agree. Wide
+    scales: on narrow ones the interpreter's scaled path happens to round like the canonical."""
+    t = make_tuner(instances={INSTANCE, "scaled_r1n64w4s2"}, modes={"free", "table"}, top=0, torch_path=False,
+                   data="wide")
+    with caplog.at_level("WARNING", logger="mqa_logits_mxfp4.tuning"):
+        results = [t.measure(shape) for shape in SMOKE]
+    said = [r.getMessage() for r in caplog.records if "not bitwise identical" in r.getMessage()]
+    for result in results:
+        assert result.not_identical == [label(m, instance="scaled_r1n64w4s2") for m in ("table", "free")]
+        assert {t.candidate.label for t in result.timed} >= set(result.not_identical)  # still timed
+    assert len(said) == 1 and "non-canonical" in said[0] and "said once a run" in said[0]
 
 
 @needs_kernels

@@ -1,63 +1,26 @@
-"""What every backend provides: reasons as data, instances with attributes, one protocol."""
+"""What every backend provides (the protocol the dispatcher calls) and what they share.
+
+Backends import core/ and worksplit/, never dispatch/ (tests/test_structure.py checks it).
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from ..core.instance import Instance, Reason, ok_if
+from ..core.modes import is_decode
+from ..core.problem import ProblemKey
+from ..worksplit.records import build_records
 
 if TYPE_CHECKING:
     import torch
 
-    from ..dispatch.config import ProblemKey
-
-MODES = ("table", "free", "prefill")
-
-
-@dataclass(frozen=True)
-class Reason:
-    """One failed rule: `check` names it, `message` says what was observed."""
-
-    check: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.check}: {self.message}"
-
-
-@dataclass(frozen=True)
-class Instance:
-    """One compiled kernel shape a backend offers; the dispatcher picks by these attributes.
-
-    rows: rows of one sequence per tile (they share every loaded KV tile); block_n: keys per
-    tile; warps/stages: launch shape; family: how the MMA is done (e.g. fp8, bf16, scaled).
-    `validated_on`: arches where this project has executed the instance against the reference;
-    elsewhere it self-checks on first use.
-    """
-
-    name: str
-    backend: str
-    family: str
-    rows: int
-    block_n: int
-    warps: int
-    stages: int
-    heads: tuple[int, ...]
-    page_sizes: tuple[int, ...]
-    arches: tuple[str, ...]
-    validated_on: tuple[str, ...]
-    modes: tuple[str, ...] = MODES
-    head_dims: tuple[int, ...] = (128,)
-    ctas_per_sm: int = 2
-    extra: tuple[tuple[str, object], ...] = field(default=())
-
-    def validated(self, arch: str) -> bool:
-        return arch in self.validated_on
-
 
 @runtime_checkable
 class Backend(Protocol):
-    """A backend: installed-or-not is separate from fits-this-problem (SPEC section 6)."""
+    """A backend, as dispatch/ and tuning/ use it. "Installed" (available) is apart from "fits
+    this problem" (supports, instance_supports); docs/adding-an-instance.md says how to add one."""
 
     name: str
 
@@ -73,11 +36,11 @@ class Backend(Protocol):
     def instance_supports(self, inst: Instance, key: ProblemKey) -> list[Reason]:
         """Every rule `inst` breaks for the problem (empty when it fits)."""
 
-    def default_pick(self, key: ProblemKey) -> tuple[Instance, str] | None:
-        """The per-arch rule: (instance, schedule-free mode) or None."""
+    def ranked_picks(self, key: ProblemKey) -> list[tuple[Instance, str]]:
+        """The per-arch default rule: fitting (instance, schedule-free mode) pairs, best first."""
 
-    def launch_shape(self, inst: Instance, key: ProblemKey, mode: str) -> tuple[int, ...]:
-        """Static launch shape for a mode (grid, parts)."""
+    def grid_sizes(self, inst: Instance, key: ProblemKey) -> tuple[int, tuple[int, int]]:
+        """(Table/Free programs, (Prefill row groups, parts)) from static bounds only."""
 
     def build_schedule(self, cfg, query_start_loc: torch.Tensor, row_ends: torch.Tensor,
                        records: torch.Tensor) -> None:
@@ -88,14 +51,36 @@ class Backend(Protocol):
         """Score on the device; inputs are already checked."""
 
 
-DECODE_MAX_QLEN = 8  # up to this many rows a sequence, the default rules treat a call as decode
+class BackendBase:
+    """What the backends share: instance lookup, the attribute rules, the grid sizes and the
+    Table records (one kernel for all, worksplit/records.py). A backend sets `name` and
+    implements available, instances, supports, ranked_picks and launch."""
+
+    name: str
+
+    def instances(self) -> tuple[Instance, ...]:
+        raise NotImplementedError
+
+    def instance_supports(self, inst: Instance, key: ProblemKey) -> list[Reason]:
+        return ok_if(attribute_rules(inst, key), inst.name)
+
+    def grid_sizes(self, inst: Instance, key: ProblemKey) -> tuple[int, tuple[int, int]]:
+        return grid_sizes(inst, key)
+
+    def build_schedule(self, cfg, query_start_loc, row_ends, records) -> None:
+        inst = self._instance(cfg.instance)
+        build_records(query_start_loc, row_ends, records, programs=cfg.table_grid, rows=inst.rows,
+                      block_n=inst.block_n, max_seqs=cfg.max_seqs)
+
+    def _instance(self, name: str) -> Instance:
+        return next(i for i in self.instances() if i.name == name)
 
 
 def rank_by_rows(cands: list[Instance], key) -> list[tuple[Instance, str]]:
-    """The default rule every backend shares: decode (max_qlen <= DECODE_MAX_QLEN) takes Free with
+    """The default rule every backend shares: decode (core/modes.py's is_decode) takes Free with
     the fewest rows that hold a sequence's rows, then wider-first the rest; prefill takes Prefill,
     widest first. sorted() is stable, so ties keep the instance list's order."""
-    if key.max_qlen <= DECODE_MAX_QLEN:
+    if is_decode(key.max_qlen):
         fit = sorted((i for i in cands if i.rows >= key.max_qlen), key=lambda i: i.rows)
         rest = sorted((i for i in cands if i.rows < key.max_qlen), key=lambda i: -i.rows)
         return [(i, "free") for i in fit + rest]
@@ -118,21 +103,15 @@ MAX_COLS = 256  # rows x heads of one tile: the MMA's N and the accumulator's wi
 
 
 def attribute_rules(inst: Instance, key) -> list[tuple[bool, str, str]]:
-    """The rules every backend checks from an instance's attributes, for ok_if()."""
+    """The rules every backend checks from an instance's attributes, for ok_if(rules, inst.name)."""
     return [
-        (key.arch in inst.arches, "arch", f"{inst.name} runs on {', '.join(inst.arches)}; got {key.arch}"),
-        (key.heads in inst.heads, "heads", f"{inst.name} needs heads in {inst.heads}; got {key.heads}"),
-        (key.head_dim in inst.head_dims, "head_dim",
-         f"{inst.name} needs head_dim in {inst.head_dims}; got {key.head_dim}"),
+        (key.arch in inst.arches, "arch", f"runs on {', '.join(inst.arches)}; got {key.arch}"),
+        (key.heads in inst.heads, "heads", f"needs heads in {inst.heads}; got {key.heads}"),
+        (key.head_dim in inst.head_dims, "head_dim", f"needs head_dim in {inst.head_dims}; got {key.head_dim}"),
         (key.page_size in inst.page_sizes, "page_size",
-         f"{inst.name} needs page_size in {inst.page_sizes}; got {key.page_size}"),
+         f"needs page_size in {inst.page_sizes}; got {key.page_size}"),
         (inst.rows * key.heads <= MAX_COLS, "tile",
-         f"{inst.name} needs rows x heads <= {MAX_COLS}; got {inst.rows} x {key.heads}"),
+         f"needs rows x heads <= {MAX_COLS}; got {inst.rows} x {key.heads}"),
         (not key.gather or inst.rows == 1, "gather",
-         f"gather mode needs a one-row instance (each row has its own table); {inst.name} has {inst.rows}"),
+         f"has {inst.rows} rows; gather mode needs a one-row instance (each row has its own table)"),
     ]
-
-
-def ok_if(rules: list[tuple[bool, str, str]]) -> list[Reason]:
-    """Reasons for the rules whose condition is False: [(holds, check, message), ...]."""
-    return [Reason(check, msg) for holds, check, msg in rules if not holds]

@@ -6,10 +6,13 @@ from typing import Optional
 
 import torch
 
-from . import env, registry
+from ..core import env
+from ..core.errors import InputError, ScheduleError
+from ..core.problem import ProblemKey, device_facts
+from . import registry
 from .checks import as_bytes, check_contract, check_inputs, reject_permuted_layout
-from .config import MqaLogitsConfig, ProblemKey, mqa_logits_mxfp4_config
-from .errors import InputError
+from .config import MqaLogitsConfig, make_config
+from .config_cache import mqa_logits_mxfp4_config
 from .schedule import MqaLogitsSchedule
 
 
@@ -47,13 +50,17 @@ def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Ten
                      cfg: MqaLogitsConfig | None = None, schedule: MqaLogitsSchedule | None = None,
                      out: torch.Tensor | None = None, out_offsets: torch.Tensor | None = None
                      ) -> torch.Tensor:
-    """Indexer logits `out[r, n]` for keys n < row_ends[r] of every live row (SPEC section 1).
+    """Indexer logits `out[r, n]` for keys n < row_ends[r] of every live row (docs/contract.md).
 
     q [rows, H, D/2] u8, q_scale [rows, H, D/32] u8, kv_cache [pages, page_size, D/2] u8,
     kv_scale [pages, page_size, D/32] u8, weights [>= rows, H] bf16/fp32, block_tables int32,
     query_start_loc [num_seqs + 1] int32, row_ends [rows] int32. Returns `out` (float32
     [rows, cfg.max_seq_len] filled with -inf outside windows when allocated here).
     """
+    if schedule is not None and not isinstance(schedule, MqaLogitsSchedule):
+        raise ScheduleError(f"schedule must be what mqa_logits_mxfp4_schedule() returns (an MqaLogitsSchedule); "
+                            f"got {type(schedule).__module__}.{type(schedule).__name__} (a buffer from "
+                            "cfg.schedule_buffers() goes to mqa_logits_mxfp4_schedule(..., buffers=...))")
     compiling = torch.compiler.is_compiling()
     tensors = (q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends, out, out_offsets)
     sig = None if compiling or cfg is None or out is None else _signature(cfg, tensors)
@@ -109,8 +116,6 @@ def _custom_op(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Tensor,
                out_offsets: Optional[torch.Tensor], records: Optional[torch.Tensor],
                bounds: list[int], backend: str, instance: str, schedule_mode: str) -> None:
     """Checked inputs only (the Python wrapper checks); bounds are the config key's ints."""
-    from .config import device_facts
-    from .select import make_config
     heads, head_dim, page, ppb, gather, max_rows, max_seqs, max_qlen, max_seq_len = bounds
     arch, cu_num = device_facts(out.device)
     key = ProblemKey(out.device, arch, cu_num, heads, head_dim, page, ppb, bool(gather), max_rows,

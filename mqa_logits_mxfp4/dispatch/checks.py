@@ -1,11 +1,13 @@
-"""SPEC section 5: every check the op makes before any launch (nothing is written on failure)."""
+"""Every check the op makes before any launch (nothing is written on failure); docs/contract.md
+lists them ("Errors") and the caller contract check_contract() reads under MQA_LOGITS_MXFP4_DEBUG=1."""
 
 from __future__ import annotations
 
 import torch
 
 from ..formats import as_uint8
-from .errors import InputError
+from ..core.errors import InputError
+
 
 def as_bytes(name: str, t: torch.Tensor) -> torch.Tensor:
     """uint8 tensors pass; torch's float4_e2m1fn_x2 / float8_e8m0fnu views become uint8 views."""

@@ -1,69 +1,18 @@
-"""The config: a frozen value of static bounds plus the dispatcher's pick (SPEC section 4)."""
+"""The config: a frozen value of static bounds plus the dispatcher's pick (docs/contract.md).
+
+mqa_logits_mxfp4_config() (dispatch/config_cache.py) builds one; make_config() is the one
+constructor from a pick, used by selection, the self-check, the custom op and the tuner.
+"""
 
 from __future__ import annotations
 
-import functools
-import math
 from dataclasses import dataclass, field
 
 import torch
 
-from . import env
-from .errors import InputError
-
-_CACHE_SIZE = 1024
-
-
-@functools.cache
-def device_facts(device: torch.device) -> tuple[str, int]:
-    """(arch, compute units) of a device: 'sm_90' / 'gfx950' / ..., or ('cpu', 1)."""
-    if device.type == "cpu":
-        return "cpu", 1
-    props = torch.cuda.get_device_properties(device)
-    if getattr(torch.version, "hip", None):
-        arch = props.gcnArchName.split(":")[0]
-    else:
-        arch = f"sm_{props.major}{props.minor}"
-    return arch, props.multi_processor_count
-
-
-def normalize_device(device) -> torch.device:
-    if isinstance(device, int):
-        device = torch.device("cuda", device)
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    if device.type not in ("cpu", "cuda"):
-        raise InputError(f"device must be a CUDA/ROCm GPU or the CPU; got {device}")
-    return device
-
-
-@dataclass(frozen=True)
-class ProblemKey:
-    """Everything selection may look at: the device's arch and the call's static bounds."""
-
-    device: torch.device
-    arch: str
-    cu_num: int
-    heads: int
-    head_dim: int
-    page_size: int
-    pages_per_block: int
-    gather: bool
-    max_rows: int
-    max_seqs: int
-    max_qlen: int
-    max_seq_len: int
-
-    @property
-    def block_table_width(self) -> int:
-        return math.ceil(self.max_seq_len / (self.page_size * self.pages_per_block))
-
-    def __repr__(self) -> str:
-        g = ", gather" if self.gather else ""
-        return (f"{self.arch}/{self.cu_num}: H{self.heads} D{self.head_dim} page {self.page_size}"
-                f"x{self.pages_per_block}{g}, rows<={self.max_rows} seqs<={self.max_seqs} "
-                f"qlen<={self.max_qlen} seq_len<={self.max_seq_len}")
+from ..core.instance import Instance
+from ..core.problem import ProblemKey
+from ..core.records import RECORD_INTS
 
 
 @dataclass(frozen=True)
@@ -95,8 +44,8 @@ class MqaLogitsConfig:
         return self.key.block_table_width
 
     def schedule_buffers(self) -> torch.Tensor:
-        """A caller-held buffer for `mqa_logits_mxfp4_schedule(..., buffers=...)` (CUDA graphs)."""
-        from .schedule import RECORD_INTS
+        """A caller-held buffer for `mqa_logits_mxfp4_schedule(..., buffers=...)` (CUDA graphs):
+        int32 [table_grid, RECORD_INTS] on the config's device."""
         return torch.empty((self.table_grid, RECORD_INTS), dtype=torch.int32, device=self.device)
 
     def explain(self) -> str:
@@ -113,38 +62,10 @@ class MqaLogitsConfig:
         return (f"MqaLogitsConfig({self.key!r} -> {self.backend}/{self.instance}/{self.mode})")
 
 
-def _positive(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"{name} must be a positive int; got {value!r}")
-    return value
-
-
-def mqa_logits_mxfp4_config(device, heads: int, head_dim: int = 128, page_size: int = 64, *,
-                            max_rows: int, max_seqs: int, max_qlen: int = 1, max_seq_len: int,
-                            pages_per_block: int = 1, gather: bool = False) -> MqaLogitsConfig:
-    """Build (or fetch from the cache of 1024) the config for these static bounds.
-
-    Reads only Python values and the device's properties; picks backend, instance and the
-    schedule-free mode (pinned by env > tuned table > per-arch default).
-    """
-    device = normalize_device(device)
-    arch, cu_num = device_facts(device)
-    key = ProblemKey(device=device, arch=arch, cu_num=cu_num,
-                     heads=_positive("heads", heads), head_dim=_positive("head_dim", head_dim),
-                     page_size=_positive("page_size", page_size),
-                     pages_per_block=_positive("pages_per_block", pages_per_block),
-                     gather=bool(gather), max_rows=_positive("max_rows", max_rows),
-                     max_seqs=_positive("max_seqs", max_seqs),
-                     max_qlen=_positive("max_qlen", max_qlen),
-                     max_seq_len=_positive("max_seq_len", max_seq_len))
-    return _config_for(key, env.settings())
-
-
-@functools.lru_cache(maxsize=_CACHE_SIZE)
-def _config_for(key: ProblemKey, settings: env.Settings) -> MqaLogitsConfig:
-    from .select import decide
-    return decide(key, settings)
-
-
-def clear_cache() -> None:
-    _config_for.cache_clear()
+def make_config(key: ProblemKey, backend, inst: Instance, mode: str, source: str,
+                recommend_schedule: bool = False, notes: tuple[str, ...] = ()) -> MqaLogitsConfig:
+    """The config of a pick: `backend` (a Backend) sizes the grids of `inst` for `key`."""
+    table_grid, prefill_grid = backend.grid_sizes(inst, key)
+    return MqaLogitsConfig(key=key, backend=backend.name, instance=inst.name, mode=mode,
+                           table_grid=table_grid, prefill_grid=prefill_grid, source=source,
+                           recommend_schedule=recommend_schedule, notes=notes)

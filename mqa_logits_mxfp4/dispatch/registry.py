@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import importlib
 
-from ..backends.base import Backend, Instance, Reason
+from ..backends.base import Backend
+from ..core.instance import Instance, Reason
 
 _PATHS = {
     "opus": "mqa_logits_mxfp4.backends.opus.backend",
@@ -33,6 +34,21 @@ class _Broken:
 
     def supports(self, key) -> list[Reason]:
         return [self._reason]
+
+    def instance_supports(self, inst, key) -> list[Reason]:
+        return [self._reason]
+
+    def ranked_picks(self, key) -> list:
+        return []
+
+    def grid_sizes(self, inst, key):
+        raise RuntimeError(str(self._reason))
+
+    def build_schedule(self, cfg, query_start_loc, row_ends, records) -> None:
+        raise RuntimeError(str(self._reason))
+
+    def launch(self, cfg, mode, *tensors) -> None:
+        raise RuntimeError(str(self._reason))
 
 
 @functools.cache

@@ -1,8 +1,7 @@
 """Table mode's schedule: fixed-size per-program records built on the device, once a forward.
 
-A record is RECORD_INTS int32 (32 bytes): [first unit, end unit, first sequence, units before
-that sequence, 0, 0, 0, 0], with units numbered as dispatch/worksplit.py states. The
-records are built by one kernel shared by every backend (no second copy of the work split).
+The record layout is core/records.py's, with units numbered as worksplit/rules.py states; one
+kernel shared by every backend builds them (worksplit/records.py: no second copy of the split).
 """
 
 from __future__ import annotations
@@ -11,11 +10,11 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core.errors import InputError, ScheduleError
+from ..core.records import RECORD_INTS
 from . import registry
+from .checks import check_rows_tensors
 from .config import MqaLogitsConfig
-from .errors import InputError, ScheduleError
-
-RECORD_INTS = 8
 
 
 def tensor_identity(t: torch.Tensor) -> tuple:
@@ -45,12 +44,19 @@ class MqaLogitsSchedule:
 def mqa_logits_mxfp4_schedule(cfg: MqaLogitsConfig, query_start_loc: torch.Tensor,
                               row_ends: torch.Tensor, buffers: torch.Tensor | None = None
                               ) -> MqaLogitsSchedule:
-    """Build Table records on the device (no host read). `buffers`: from cfg.schedule_buffers()."""
-    from .checks import check_rows_tensors
+    """Build Table records on the device (no host read), valid for this config and these tensors.
+
+    query_start_loc [num_seqs + 1] int32 and row_ends [rows] int32 on cfg.device; `buffers`:
+    from cfg.schedule_buffers() (int32 [cfg.table_grid, RECORD_INTS]), else allocated here.
+    """
+    if not isinstance(cfg, MqaLogitsConfig):
+        raise InputError(f"cfg must be an MqaLogitsConfig from mqa_logits_mxfp4_config(); got {type(cfg).__name__}")
     check_rows_tensors(cfg, query_start_loc, row_ends)
     want = (cfg.table_grid, RECORD_INTS)
     if buffers is None:
         buffers = cfg.schedule_buffers()
+    elif not isinstance(buffers, torch.Tensor):
+        raise InputError(f"buffers must be cfg.schedule_buffers() (a torch.Tensor); got {type(buffers).__name__}")
     elif (buffers.dtype != torch.int32 or tuple(buffers.shape) != want
           or buffers.device != cfg.device or not buffers.is_contiguous()):
         raise InputError(f"buffers must be cfg.schedule_buffers(): contiguous int32 {list(want)} on "

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
-from ..backends.base import DECODE_MAX_QLEN, Instance, Reason
+from ..core.env import Settings
+from ..core.errors import CaptureError, NoBackendError, PinnedBackendError, UnknownBackendError
+from ..core.instance import Instance, Reason, summarize
+from ..core.log import enable_decision_log, log
+from ..core.modes import schedule_free_mode
+from ..core.problem import ProblemKey
 from . import registry, table
-from .config import MqaLogitsConfig, ProblemKey
-from .env import Settings
-from .errors import CaptureError, NoBackendError, PinnedBackendError, UnknownBackendError
-
-log = logging.getLogger("mqa_logits_mxfp4")
+from .config import MqaLogitsConfig, make_config
+from .selfcheck import run_selfcheck
 
 # Per-arch order in which backends are asked for their default pick.
 _PREFERENCE = {
@@ -28,14 +28,6 @@ _selfcheck_results: dict[tuple[str, str, torch.device], str | None] = {}
 
 def clear_cache() -> None:
     _selfcheck_results.clear()
-
-
-def make_config(key: ProblemKey, backend, inst: Instance, mode: str, source: str,
-                recommend_schedule: bool = False, notes: tuple[str, ...] = ()) -> MqaLogitsConfig:
-    table_grid, prefill_grid = backend.grid_sizes(inst, key)
-    return MqaLogitsConfig(key=key, backend=backend.name, instance=inst.name, mode=mode,
-                           table_grid=table_grid, prefill_grid=prefill_grid, source=source,
-                           recommend_schedule=recommend_schedule, notes=notes)
 
 
 def _unfit(backend, inst: Instance | None, key: ProblemKey) -> list[Reason]:
@@ -57,7 +49,6 @@ def _selfcheck(backend, inst: Instance, key: ProblemKey, settings: Settings) -> 
         if key.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise CaptureError(f"instance {inst.name} must self-check on {key.arch} before use: "
                                "warm up (build a config and call the op once) before capture")
-        from .selfcheck import run_selfcheck
         _selfcheck_results[slot] = run_selfcheck(backend, inst, key)
         if _selfcheck_results[slot] is not None:
             log.warning("mqa_logits_mxfp4: %s/%s disabled on %s: %s", backend.name, inst.name,
@@ -70,14 +61,10 @@ def _fmt(reasons: list[Reason]) -> str:
 
 
 def _no_instance(backend, key: ProblemKey) -> str:
-    """Why none of a backend's instances fits: each instance's reasons (they name it)."""
-    why = [_fmt(r) for i in backend.instances() if (r := backend.instance_supports(i, key))]
-    return "no instance fits: " + ("; ".join(why) or "it has no instances")
-
-
-def _default_mode(key: ProblemKey, inst: Instance) -> str:
-    """Schedule-free mode when only the instance is given: Free for decode, else Prefill."""
-    return "free" if key.max_qlen <= DECODE_MAX_QLEN else "prefill"
+    """Why none of a backend's instances fits: every rule broken, once (with the instances
+    that break it; core/instance.py's summarize)."""
+    why = summarize([r for i in backend.instances() for r in backend.instance_supports(i, key)])
+    return "no instance fits: " + (why or "it has no instances")
 
 
 def _pinned(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
@@ -101,7 +88,7 @@ def _pinned(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
         bad = _selfcheck(backend, inst, key, settings)
         if bad:
             raise PinnedBackendError(f"{what} failed its self-check on {key.arch}: {bad}")
-        return make_config(key, backend, inst, _default_mode(key, inst), what)
+        return make_config(key, backend, inst, schedule_free_mode(key.max_qlen), what)
     backend = registry.get(settings.backend)
     what = f"pinned backend {backend.name} (MQA_LOGITS_MXFP4_BACKEND)"
     reasons = _unfit(backend, None, key)
@@ -132,6 +119,9 @@ def _default_pick(backend, key: ProblemKey, settings: Settings, failures: list[s
 
 
 def decide(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
+    """The config for `key` under `settings`: pinned by env > tuned row > the arch's default rule."""
+    if settings.log:  # before deciding: a skipped tuned row is logged on the way
+        enable_decision_log()
     if settings.backend != "auto" or settings.instance:
         cfg = _pinned(key, settings)
     else:
@@ -157,7 +147,7 @@ def _auto(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
             bad = _selfcheck(backend, inst, key, settings)
             reasons = [Reason("self-check", bad)] if bad else []
         if not reasons:
-            mode = row.mode if row.mode != "table" else _default_mode(key, inst)
+            mode = row.mode if row.mode != "table" else schedule_free_mode(key.max_qlen)
             return make_config(key, backend, inst, mode,
                                f"tuned row {row.source} ({row.mode}, {row.us:g} us)",
                                recommend_schedule=row.mode == "table")

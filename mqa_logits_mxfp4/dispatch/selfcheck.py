@@ -1,19 +1,18 @@
-"""First-use self-check of an instance never executed on the live arch (SPEC section 4)."""
+"""First-use self-check of an instance never executed on the live arch (docs/contract.md, "Self-check")."""
 
 from __future__ import annotations
 
 import torch
 
+from ..core.problem import ProblemKey
+from ..core.records import RECORD_INTS
 from ..problems import make_problem
 from ..reference import compare_to_reference, mqa_logits_reference
-from .schedule import RECORD_INTS
+from .config import make_config
 
 
-def run_selfcheck(backend, inst, key) -> str | None:
+def run_selfcheck(backend, inst, key: ProblemKey) -> str | None:
     """A small random problem of the key's geometry in every mode; None when all match."""
-    from .config import ProblemKey
-    from .select import make_config
-
     span = key.page_size * key.pages_per_block
     qlen = min(key.max_qlen, 3)
     gen = torch.Generator().manual_seed(20261129)

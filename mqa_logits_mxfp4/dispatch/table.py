@@ -1,4 +1,5 @@
-"""Tuned tables (SPEC section 6): schema, loading, merging, lookup. Never written at run time."""
+"""Tuned tables (docs/contract.md, "Tuned tables"): schema, loading, merging, lookup. Never written
+at run time."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..core.errors import TableError
+from ..core.modes import MODES
 
 SCHEMA_VERSION = 1
 KEY = ("arch", "cu_num", "heads", "head_dim", "page_size", "pages_per_block", "gather",
@@ -18,10 +22,6 @@ COLUMNS = ("schema_version",) + KEY + VALUE + PROVENANCE
 _INT = ("cu_num", "heads", "head_dim", "page_size", "pages_per_block", "qlen", "rows", "seq_len")
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-
-
-class TableError(ValueError):
-    """A tuned table that breaks the schema or collides with another."""
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,8 @@ def read_table(path: str | os.PathLike) -> list[TunedRow]:
                 raise TableError(f"{where}: gather must be 0/1/true/false; got {rec['gather']!r}")
             key = (rec["arch"].strip(), vals["cu_num"], vals["heads"], vals["head_dim"], vals["page_size"],
                    vals["pages_per_block"], gather in ("1", "true"), vals["qlen"], vals["rows"], vals["seq_len"])
-            if rec["mode"] not in ("table", "free", "prefill"):
-                raise TableError(f"{where}: mode must be table/free/prefill; got {rec['mode']!r}")
+            if rec["mode"] not in MODES:
+                raise TableError(f"{where}: mode must be {'/'.join(MODES)}; got {rec['mode']!r}")
             rows.append(TunedRow(key, rec["backend"].strip(), rec["instance"].strip(), rec["mode"],
                                  float(rec["us"]), where))
         except ValueError as e:
@@ -107,7 +107,7 @@ def _nearest(values: set[int], want: int) -> int:
 
 
 def lookup(key, override_files: tuple[str, ...] = ()) -> TunedRow | None:
-    """Exact on the first seven key columns, then the nearest qlen, seq_len, rows (SPEC 6)."""
+    """Exact on the first seven key columns, then the nearest qlen, seq_len, rows (docs/contract.md)."""
     rows = _index(tuple(override_files)).get(bucket(key)[:7])
     if not rows:
         return None

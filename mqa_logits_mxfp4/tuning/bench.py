@@ -1,4 +1,4 @@
-"""The benchmark (SPEC section 7, shared/notes/PERFORMANCE.md): per shape and candidate (or the
+"""The benchmark (docs/tuning.md, "Benchmarking"): per shape and candidate (or the
 best of each backend), after the same reference check as the tuner: microseconds, GB/s, TFLOP/s
 and the fraction of the roofline floor, from ceilings measured in the same run, plus the torch
 path. Rows go to a CSV; report.py draws the PNG.

@@ -1,12 +1,11 @@
-"""`mqa-logits-mxfp4 tune` and `mqa-logits-mxfp4 bench` (SPEC section 7; docs/tuning.md).
+"""`mqa-logits-mxfp4 tune` and `mqa-logits-mxfp4 bench` (docs/tuning.md).
 
 `add_commands(subparsers)` registers both on the package CLI; each sets `handler(args, parser)
 -> exit code` with `set_defaults`. `python3 -m mqa_logits_mxfp4.tuning.commands tune|bench ...`
 runs them on their own (the tuner's per-GPU worker processes are started that way).
 
-Heavy imports (torch, triton, the kernels) happen inside the handlers. On the CPU the Triton
-kernels run only through the interpreter, so a CPU device sets TRITON_INTERPRET=1 before the
-kernels are imported.
+On the CPU the Triton kernels run only through the interpreter, so a CPU device sets
+TRITON_INTERPRET=1 before the kernels are imported (devices.py; nothing here imports them).
 """
 
 from __future__ import annotations
@@ -20,22 +19,21 @@ import sys
 import time
 from pathlib import Path
 
-from .suites import SUITES, get_suite, parse_shard, select, shard
+import torch
 
-_TRUE = ("1", "true", "yes", "on", "y")
-_MODES = ("table", "free", "prefill")
+from ..core.errors import TableError
+from ..core.modes import MODES
+from ..devices import command_device as _device
+from ..dispatch import registry, table
+from . import timing
+from .bench import bench, write_csv
+from .report import plot
+from .suites import SUITES, get_suite, parse_shard, select, shard
+from .tables import merge_tables
+from .tuner import Tuner, tune, verify
 
 
 # --- shared --------------------------------------------------------------------------------
-
-def _device(name: str | None, parser: argparse.ArgumentParser):
-    """The torch device for --device (default: cuda if present, else cpu through the interpreter)."""
-    from ..cli import _device as cli_device, _use_interpreter
-    device = cli_device(name, parser)
-    if device.type == "cpu":
-        _use_interpreter(parser.prog)
-    return device
-
 
 def _shapes(args, parser):
     shapes = []
@@ -67,7 +65,6 @@ def _print_shapes(shapes) -> None:
 def _backends(args, parser):
     if not args.backend:
         return None
-    from ..dispatch import registry
     bad = [b for b in args.backend if b not in registry.names()]
     if bad:
         parser.error(f"--backend {bad[0]!r} is not a backend; valid: {', '.join(registry.names())}")
@@ -75,7 +72,6 @@ def _backends(args, parser):
 
 
 def _tuner(args, device, parser, *, top: int, torch_path: bool, on_event=None):
-    from .tuner import Tuner
     return Tuner(device, backends=_backends(args, parser), instances=set(args.instance or ()) or None,
                  modes=set(args.mode or ()) or None, iters=args.iters, budget_ms=args.budget_ms, top=top,
                  rounds=args.rounds, torch_path=torch_path, on_event=on_event, data=args.data)
@@ -145,7 +141,7 @@ def _common(p: argparse.ArgumentParser, what: str) -> None:
                    "Triton interpreter)")
     p.add_argument("--backend", action="append", help="only this backend (repeatable)")
     p.add_argument("--instance", action="append", help="only this instance (repeatable)")
-    p.add_argument("--mode", action="append", choices=_MODES, help="only this mode (repeatable)")
+    p.add_argument("--mode", action="append", choices=MODES, help="only this mode (repeatable)")
     p.add_argument("--iters", type=int, default=30, help="timed calls a candidate gets at most (default 30; "
                    "fewer for slow calls, about --budget-ms of them, at least 5)")
     p.add_argument("--budget-ms", type=float, default=1000.0, help="time a candidate is sampled for (default 1000)")
@@ -165,15 +161,13 @@ def _common(p: argparse.ArgumentParser, what: str) -> None:
 # --- tune ----------------------------------------------------------------------------------
 
 def _default_output(suite_name: str, parser) -> Path:
-    from ..dispatch.table import CONFIG_DIR
     model = get_suite(suite_name).model
     if model is None:
         parser.error(f"suite {suite_name} fills no model table: name the output with -o")
-    return CONFIG_DIR / "models" / f"{model}.csv"
+    return table.CONFIG_DIR / "models" / f"{model}.csv"
 
 
 def _workers(args, device, parser) -> int:
-    import torch
     if args.workers in (None, "auto"):
         explicit_index = args.device is not None and device.index is not None
         return torch.cuda.device_count() if device.type == "cuda" and not explicit_index else 1
@@ -211,7 +205,6 @@ def _child_argv(args, output: Path, part: Path, g: int, n: int, tag: str, device
 
 def _spawn_workers(args, n: int, device, output: Path) -> int:
     """One process per GPU (or n CPU processes), each on its share; their tables merged into output."""
-    from .tables import merge_tables
     if device.type == "cuda":
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         ids = [v.strip() for v in visible.split(",")] if visible else [str(i) for i in range(n)]
@@ -265,8 +258,6 @@ def cmd_tune(args, parser) -> int:
     workers = _workers(args, device, parser)
     if workers > 1:
         return _spawn_workers(args, workers, device, output)
-    from ..dispatch.table import TableError
-    from .tuner import tune
     on_event, close_log = _event_log(args.log)
     tuner = _tuner(args, device, parser, top=args.top, torch_path=not args.no_torch_path, on_event=on_event)
     progress = Progress(f"tune {args.suite[0]}", args.worker_tag)
@@ -288,8 +279,6 @@ def cmd_tune(args, parser) -> int:
 
 
 def _cmd_verify(args, parser) -> int:
-    from ..dispatch.table import TableError
-    from .tuner import verify
     device = _device(args.device, parser)
     on_event, close_log = _event_log(args.log)
     tuner = _tuner(args, device, parser, top=args.top, torch_path=False, on_event=on_event)
@@ -320,8 +309,6 @@ def _cmd_verify(args, parser) -> int:
 
 
 def cmd_merge(args, parser) -> int:
-    from ..dispatch.table import TableError
-    from .tables import merge_tables
     try:
         rows = merge_tables(args.inputs, args.output)
     except TableError as e:
@@ -341,11 +328,6 @@ def cmd_bench(args, parser) -> int:
         _print_shapes(shapes)
         return 0
     device = _device(args.device, parser)
-    import torch
-
-    from . import timing
-    from .bench import bench, write_csv
-    from .report import plot
     csv_path = Path(args.csv)
     png = Path(args.png) if args.png else csv_path.with_suffix(".png")
     if device.type == "cuda":

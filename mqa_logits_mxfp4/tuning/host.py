@@ -18,8 +18,11 @@ import time
 
 import torch
 
-from .. import mqa_logits_mxfp4, mqa_logits_mxfp4_config, mqa_logits_mxfp4_schedule
 from ..dispatch import registry
+from ..dispatch.api import mqa_logits_mxfp4
+from ..dispatch.config import make_config
+from ..dispatch.config_cache import mqa_logits_mxfp4_config
+from ..dispatch.schedule import mqa_logits_mxfp4_schedule
 from ..problems import make_problem
 
 CALLS = 2000
@@ -66,7 +69,6 @@ def call_overhead(device, backend: str | None = None, instance: str | None = Non
     cfg = mqa_logits_mxfp4_config(device, heads=64, head_dim=128, page_size=64, max_rows=1, max_seqs=1,
                                   max_qlen=1, max_seq_len=64)
     if backend is not None:
-        from ..dispatch.select import make_config
         be = registry.get(backend)
         inst = next(i for i in be.instances() if i.name == instance) if instance else be.ranked_picks(cfg.key)[0][0]
         cfg = make_config(cfg.key, be, inst, "free", "host bench")

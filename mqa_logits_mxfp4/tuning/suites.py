@@ -1,4 +1,4 @@
-"""Shape suites for the tuner and the benchmark (SPEC sections 8 and 9).
+"""Shape suites for the tuner and the benchmark (docs/tuning.md); model geometry from models.py.
 
 A shape is a name, the `make_problem` arguments of one op call and the config's static bounds
 for it. The tuner keys its row by `dispatch.table.bucket(shape.key(device))`, the function the
@@ -19,6 +19,13 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
+
+from ..core.modes import is_decode
+from ..core.problem import ProblemKey, device_facts, normalize_device
+from ..models import MODELS
+from ..problems import DATA_KINDS, make_problem
+
 K = 1024
 MAX_BATCH_TOKENS = 32 * K * K  # batch x average context: 256 x 128K, 64 x 512K
 RAGGED = (0.7, 1.3)
@@ -26,7 +33,7 @@ BATCHES = tuple(2 ** i for i in range(9))  # 1 .. 256
 CONTEXTS = tuple(8 * K * 2 ** i for i in range(7))  # 8K .. 512K
 QUICK_BATCHES = (1, 8, 64, 256)
 PREFILL_ROWS = 16384
-CANDIDATE_KEYS = 16384  # V4.1 candidate layers: 2048 blocks of 8 tokens a row
+CANDIDATE_KEYS = MODELS["deepseek_v4_1_candidate"].max_seq_len  # 2048 blocks of 8 tokens a row
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,6 @@ class Shape:
 
     def key(self, device, arch: str | None = None, cu_num: int | None = None):
         """The ProblemKey of these bounds on `device` (arch and cu_num from it unless given)."""
-        from ..dispatch.config import ProblemKey, device_facts, normalize_device
         device = normalize_device(device)
         if arch is None or cu_num is None:
             arch, cu_num = device_facts(device)
@@ -82,9 +88,6 @@ class Shape:
     def make(self, device, data: str = "realistic"):
         """The random problem (seeded by the shape's name), on `device`; `data` is a key of
         problems.DATA_KINDS (the scale layout)."""
-        import torch
-
-        from ..problems import DATA_KINDS, make_problem
         return make_problem(**self.problem_kwargs(), **DATA_KINDS[data],
                             generator=torch.Generator().manual_seed(self.seed), device=device)
 
@@ -170,18 +173,20 @@ def _prefill(suite, geometry, ratio, layers, fresh, chunks, quick_names, tag="")
     return shapes
 
 
-V4 = dict(heads=64, head_dim=128, page_size=64, pages_per_block=1, gather=False)
-V4_LAYERS = 30  # indexer layers of one DeepSeek-V4 forward share a schedule
-V41_FULL = dict(heads=32, head_dim=128, page_size=8, pages_per_block=32, gather=False)
-V41_FULL_LAYERS = 3
-V41_CANDIDATE = dict(heads=32, head_dim=128, page_size=8, pages_per_block=1, gather=True)
-V41_CANDIDATE_LAYERS = 4
+# (geometry, CSA ratio, layers sharing a schedule) of each model's indexer layers
+V4, V4_RATIO, V4_LAYERS = (MODELS["deepseek_v4"].geometry(), MODELS["deepseek_v4"].ratio,
+                           MODELS["deepseek_v4"].layers)
+V41_FULL, V41_FULL_RATIO, V41_FULL_LAYERS = (MODELS["deepseek_v4_1"].geometry(), MODELS["deepseek_v4_1"].ratio,
+                                             MODELS["deepseek_v4_1"].layers)
+V41_CANDIDATE, V41_CANDIDATE_RATIO, V41_CANDIDATE_LAYERS = (
+    MODELS["deepseek_v4_1_candidate"].geometry(), MODELS["deepseek_v4_1_candidate"].ratio,
+    MODELS["deepseek_v4_1_candidate"].layers)
 
 
 def deepseek_v4() -> list[Shape]:
     s = "deepseek_v4"
-    return (_decode(s, V4, 4, V4_LAYERS, (1, 2, 4), CONTEXTS, (1, 2, 4), (8 * K, 32 * K, 128 * K))
-            + _prefill(s, V4, 4, V4_LAYERS, fresh=((1, PREFILL_ROWS), (4, PREFILL_ROWS // 4)),
+    return (_decode(s, V4, V4_RATIO, V4_LAYERS, (1, 2, 4), CONTEXTS, (1, 2, 4), (8 * K, 32 * K, 128 * K))
+            + _prefill(s, V4, V4_RATIO, V4_LAYERS, fresh=((1, PREFILL_ROWS), (4, PREFILL_ROWS // 4)),
                        chunks=(32 * K, 64 * K, 128 * K, 256 * K),
                        quick_names=(f"prefill fresh 1x{PREFILL_ROWS}", f"prefill chunk {PREFILL_ROWS} @ ctx64K")))
 
@@ -197,12 +202,12 @@ def deepseek_v4_1() -> list[Shape]:
     s = "deepseek_v4_1"
     mtps = (1, 2, 4, 8)
     quick_mtps = (1, 4, 8)
-    full = (_decode(s, V41_FULL, 2, V41_FULL_LAYERS, mtps, CONTEXTS[::2], quick_mtps, (32 * K, 128 * K),
-                    tag="full r2 ")
+    full = (_decode(s, V41_FULL, V41_FULL_RATIO, V41_FULL_LAYERS, mtps, CONTEXTS[::2], quick_mtps,
+                    (32 * K, 128 * K), tag="full r2 ")
             + _decode(s, V41_FULL, 1, V41_FULL_LAYERS, mtps, CONTEXTS[:5:2], quick_mtps, (32 * K,),
                       tag="full r1 ")
-            + _prefill(s, V41_FULL, 2, V41_FULL_LAYERS, fresh=((1, PREFILL_ROWS),), chunks=(64 * K, 256 * K),
-                       quick_names=(f"full r2 prefill fresh 1x{PREFILL_ROWS}",), tag="full r2 "))
+            + _prefill(s, V41_FULL, V41_FULL_RATIO, V41_FULL_LAYERS, fresh=((1, PREFILL_ROWS),),
+                       chunks=(64 * K, 256 * K), quick_names=(f"full r2 prefill fresh 1x{PREFILL_ROWS}",), tag="full r2 "))
     candidate = []
     for mtp in mtps:
         for bs in BATCHES:
@@ -213,10 +218,12 @@ def deepseek_v4_1() -> list[Shape]:
                 else:
                     seqs = _ragged(f"{s}/{name}", bs, avg, mtp, cap=CANDIDATE_KEYS)
                 quick = mtp in quick_mtps and bs in QUICK_BATCHES and avg == CANDIDATE_KEYS
-                candidate.append(_shape(name, s, "decode", V41_CANDIDATE, seqs, 1, V41_CANDIDATE_LAYERS, quick,
+                candidate.append(_shape(name, s, "decode", V41_CANDIDATE, seqs, V41_CANDIDATE_RATIO,
+                                        V41_CANDIDATE_LAYERS, quick,
                                         seq_len_bound=int(avg * RAGGED[1]), cap=CANDIDATE_KEYS))
     candidate.append(_shape(f"candidate prefill fresh 1x{PREFILL_ROWS}", s, "prefill", V41_CANDIDATE,
-                            [(PREFILL_ROWS, PREFILL_ROWS)], 1, V41_CANDIDATE_LAYERS, True))
+                            [(PREFILL_ROWS, PREFILL_ROWS)], V41_CANDIDATE_RATIO, V41_CANDIDATE_LAYERS,
+                            True))
     return full + candidate
 
 
@@ -234,11 +241,11 @@ def core() -> list[Shape]:
     """The core issue's comparison table (docs/bench/issue2-h200-quick.csv): DeepSeek-V4 geometry,
     uniform contexts, `ctx` counting keys (context tokens / ratio 4) rather than tokens."""
     s = "core"
-    shapes = [_shape(f"decode mtp{mtp} bs{bs} ctx{_k(keys)}", s, "decode", V4, [(keys * 4, mtp)] * bs, 4,
-                     V4_LAYERS, True)
+    shapes = [_shape(f"decode mtp{mtp} bs{bs} ctx{_k(keys)}", s, "decode", V4, [(keys * V4_RATIO, mtp)] * bs,
+                     V4_RATIO, V4_LAYERS, True)
               for mtp in (1, 4) for bs in (1, 16, 64) for keys in (8 * K, 32 * K)]
-    return shapes + [_shape("prefill 4096 rows x 16K keys (ratio 4)", s, "prefill", V4, [(64 * K, 4096)], 4,
-                            V4_LAYERS, True)]
+    return shapes + [_shape(f"prefill 4096 rows x 16K keys (ratio {V4_RATIO})", s, "prefill", V4, [(64 * K, 4096)],
+                            V4_RATIO, V4_LAYERS, True)]
 
 
 SUITES = {
@@ -303,6 +310,6 @@ def shape_for_key(key: tuple, layers: int | None = None) -> Shape:
     nseq = max(1, rows // qlen)
     ctx = max(seq_len, qlen)
     ratio = -(-ctx // seq_len)  # windows stay within seq_len even when qlen > seq_len
-    return _shape(f"bounds qlen{qlen} rows{rows} seq_len{seq_len}", "bounds", "decode" if qlen <= 8 else "prefill",
+    return _shape(f"bounds qlen{qlen} rows{rows} seq_len{seq_len}", "bounds", "decode" if is_decode(qlen) else "prefill",
                   geo, [(ctx, qlen)] * nseq, ratio, layers, False, seq_len_bound=seq_len, cap=seq_len,
                   max_rows=rows)

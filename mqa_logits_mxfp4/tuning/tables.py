@@ -9,8 +9,9 @@ import os
 import re
 from pathlib import Path
 
+from ..core.errors import TableError
 from ..dispatch import registry, table
-from ..dispatch.table import COLUMNS, TableError
+from ..dispatch.table import COLUMNS
 
 
 def _sort_key(rec: dict) -> tuple:

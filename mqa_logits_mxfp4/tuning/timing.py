@@ -1,4 +1,4 @@
-"""Cold-L2 timing (shared/notes/PERFORMANCE.md: warm up, scratch write, median) and ceilings.
+"""Cold-L2 timing (warm up, scratch write, median; docs/tuning.md) and ceilings.
 
 On a GPU each sample is one call between two CUDA events, with a >= 256 MiB scratch write
 before it (outside the events). The host may take longer to enqueue a call than the GPU takes

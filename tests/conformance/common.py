@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import mqa_logits_mxfp4 as mx
-from mqa_logits_mxfp4.backends.base import MODES
+from mqa_logits_mxfp4.core.modes import MODES
+from mqa_logits_mxfp4.core.problem import ProblemKey, device_facts
 from mqa_logits_mxfp4.dispatch import registry
-from mqa_logits_mxfp4.dispatch.config import ProblemKey, device_facts
-from mqa_logits_mxfp4.dispatch.select import make_config
+from mqa_logits_mxfp4.dispatch.config import make_config
 from mqa_logits_mxfp4.problems import make_problem
 
 POISON = -7777.0

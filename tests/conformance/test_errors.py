@@ -1,11 +1,11 @@
-"""SPEC section 5: each bad input is refused before any launch, by a message naming the rule
+"""docs/contract.md ("Errors"): each bad input is refused before any launch, by a message naming the rule
 and the observed value, and `out` is left exactly as it was."""
 
 import pytest
 import torch
 
 import mqa_logits_mxfp4 as mx
-from mqa_logits_mxfp4.dispatch.errors import InputError, MqaLogitsError, ScheduleError
+from mqa_logits_mxfp4.core.errors import InputError, MqaLogitsError, ScheduleError
 
 from .common import DEVICES, POISON, build, need_device
 
@@ -137,6 +137,11 @@ def test_schedule_from_another_config_or_other_tensors(device):
     with pytest.raises(InputError, match=r"buffers must be cfg.schedule_buffers\(\)"):
         mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc, prob.row_ends,
                                      buffers=torch.empty(3, 8, dtype=torch.int32, device=device))
+    with pytest.raises(ScheduleError, match=r"schedule must be what mqa_logits_mxfp4_schedule\(\) returns "
+                                            r"\(an MqaLogitsSchedule\); got torch.Tensor"):
+        _call(args, cfg=cfg, out=out, schedule=cfg.schedule_buffers())  # the records, not a schedule
+    with pytest.raises(InputError, match="cfg must be an MqaLogitsConfig"):
+        mx.mqa_logits_mxfp4_schedule(None, prob.query_start_loc, prob.row_ends)
     assert bool((out == POISON).all())
 
 

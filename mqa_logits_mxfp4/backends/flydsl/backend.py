@@ -13,22 +13,19 @@ import threading
 
 import torch
 
-from ..base import Instance, Reason, attribute_rules, grid_sizes, ok_if, rank_by_rows
+from ...core.errors import CaptureError, InputError
+from ...core.instance import Instance, Reason, ok_if
+from ...worksplit.rules import seq_lanes
+from ..base import BackendBase, rank_by_rows
 from .instances import INSTANCES
 from .spec import KernelSpec
-from .toolchain import PINNED_VERSION, installed_version
+from .toolchain import PINNED_VERSION, compile_kernel, installed_version
 
 ARCH = "gfx950"
 ALIGN = {"q": 16, "kv_cache": 16, "kv_scale": 16}   # the kernels' 16-byte loads
 
 _compiled: dict[tuple[KernelSpec, str], object] = {}
 _compile_lock = threading.Lock()
-
-
-def _next_power_of_2(n: int) -> int:
-    """Free mode's `lanes` (the Triton kernels' SEQ_P2, which the shared schedule records use)."""
-    import triton
-    return triton.next_power_of_2(n)
 
 
 def _device_archs() -> list[str]:
@@ -38,7 +35,7 @@ def _device_archs() -> list[str]:
             for i in range(torch.cuda.device_count())]
 
 
-class FlydslBackend:
+class FlydslBackend(BackendBase):
     name = "flydsl"
 
     def available(self) -> Reason | None:
@@ -68,20 +65,9 @@ class FlydslBackend:
             (key.head_dim == 128, "head_dim", f"flydsl kernels need head_dim 128; got {key.head_dim}"),
         ])
 
-    def instance_supports(self, inst: Instance, key) -> list[Reason]:
-        return ok_if(attribute_rules(inst, key))
-
     def ranked_picks(self, key) -> list[tuple[Instance, str]]:
         """Per-arch default rule: the one every backend shares (base.rank_by_rows)."""
         return rank_by_rows([i for i in INSTANCES if not self.instance_supports(i, key)], key)
-
-    def grid_sizes(self, inst: Instance, key) -> tuple[int, tuple[int, int]]:
-        return grid_sizes(inst, key)
-
-    def build_schedule(self, cfg, query_start_loc, row_ends, records) -> None:
-        """Table records from the one schedule kernel every backend shares."""
-        from ..triton.backend import build_records
-        build_records(self._instance(cfg.instance), cfg, query_start_loc, row_ends, records)
 
     def kernel_spec(self, cfg, mode: str, weights: torch.Tensor, flat_out: bool) -> KernelSpec:
         inst = self._instance(cfg.instance)
@@ -94,7 +80,6 @@ class FlydslBackend:
         """The compiled launcher's arguments (raw addresses for its pointers), in order."""
         for name, t in (("q", q), ("kv_cache", kv_cache), ("kv_scale", kv_scale)):
             if t.data_ptr() % ALIGN[name]:
-                from ...dispatch.errors import InputError
                 raise InputError(f"the flydsl kernels read {name} in {ALIGN[name]}-byte vectors, so its "
                                  f"data must be {ALIGN[name]}-byte aligned; got address {t.data_ptr():#x}")
         flat = out_offsets is not None
@@ -104,7 +89,7 @@ class FlydslBackend:
                 weights.data_ptr(), block_tables.data_ptr(), query_start_loc.data_ptr(),
                 row_ends.data_ptr(), out.data_ptr(), out_offsets.data_ptr() if flat else unused,
                 records.data_ptr() if records is not None else unused,
-                query_start_loc.shape[0] - 1, _next_power_of_2(cfg.max_seqs),
+                query_start_loc.shape[0] - 1, seq_lanes(cfg.max_seqs),
                 weights.stride(0), block_tables.stride(0), 0 if flat else out.stride(0),
                 grid[0], grid[1]]
 
@@ -117,10 +102,6 @@ class FlydslBackend:
         with torch.cuda.device(cfg.device):
             fn(*args, torch.cuda.current_stream(cfg.device))
 
-    @staticmethod
-    def _instance(name: str) -> Instance:
-        return next(i for i in INSTANCES if i.name == name)
-
 
 def compiled(spec: KernelSpec, device: torch.device):
     """The compiled launcher of `spec` for the device's arch, compiling it on first use."""
@@ -129,10 +110,8 @@ def compiled(spec: KernelSpec, device: torch.device):
     fn = _compiled.get(slot)
     if fn is None:
         if torch.cuda.is_current_stream_capturing():
-            from ...dispatch.errors import CaptureError
             raise CaptureError(f"flydsl kernel {spec.name} is not compiled yet and cannot compile during "
                                "CUDA-graph capture: warm up (call the op once with this config) before capture")
-        from .toolchain import compile_kernel
         with _compile_lock:
             fn = _compiled.get(slot)
             if fn is None:

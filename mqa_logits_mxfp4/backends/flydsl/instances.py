@@ -8,9 +8,9 @@ E8M0 scales) with the other blocks' key lanes zeroed, scales applied on the VALU
 
 from __future__ import annotations
 
-from ..base import Instance
+from ...core.geometry import PAGE_SIZES  # the kernels serve any multiple of 4; these are the contract's
+from ...core.instance import Instance
 
-PAGE_SIZES = (8, 16, 32, 64, 128)        # any multiple of 4 works; these are the SPEC's
 WAVES = 4
 # (heads, rows): rows * heads <= 256, the Triton tile bound; all compile without spills.
 SHAPES = ((32, 1), (32, 2), (32, 4), (32, 8), (64, 1), (64, 2), (64, 4), (128, 1), (128, 2))

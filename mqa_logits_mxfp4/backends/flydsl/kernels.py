@@ -1,7 +1,7 @@
 """FlyDSL kernels for gfx950: the whole op with the scaled MFMA, in docs/numerics.md's order.
 
 Imported only when a kernel is built (it imports flydsl). One kernel family, specialized by
-`KernelSpec`; the work split is a transcription of dispatch/worksplit.py (same names, same order).
+`KernelSpec`; the work split is a transcription of worksplit/rules.py (same names, same order).
 
 Tile: a CTA of WAVES waves scores a row group (up to R rows of one sequence, all heads) against
 a key tile of BLOCK_N = 16 * WAVES keys; wave w takes keys [16w, 16w + 16) of the tile, and

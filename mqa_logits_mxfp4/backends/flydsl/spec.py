@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-MODE_TABLE, MODE_FREE, MODE_PREFILL = 0, 1, 2
-MODES = {"table": MODE_TABLE, "free": MODE_FREE, "prefill": MODE_PREFILL}
-RECORD_INTS = 8      # dispatch/schedule.py's record: [u_begin, u_end, b, base, 0, 0, 0, 0]
+from ...core.modes import MODE_CODES as MODES
+from ...core.records import RECORD_INTS  # noqa: F401 (the kernels' record stride)
+from .instances import INSTANCES
+
+MODE_TABLE, MODE_FREE, MODE_PREFILL = MODES["table"], MODES["free"], MODES["prefill"]
 HEAD_DIM = 128
 
 
@@ -44,7 +46,6 @@ def check_matrix() -> list[KernelSpec]:
     weights), plus each other layout option once (the options are independent of the mode's
     work split): 8-token pages x 32 per table entry (V4.1 full layers), gather with 8-token
     pages (V4.1 candidate layers), 16-token pages with a flat out and fp32 weights."""
-    from .instances import INSTANCES
     return ([KernelSpec(i.heads[0], i.rows, i.warps, 64, 1, False, m, False, True)
              for i in INSTANCES for m in MODES]
             + [KernelSpec(32, 8, 4, 8, 32, False, "table", False, True),

@@ -1,9 +1,10 @@
 """Host side of the opus backend: availability, support rules, the per-arch pick, launches.
 
 The kernels are native C++ (csrc/) built on first use (jit.py). Instances come from the C++
-registry once the extension is loaded, before that from its Python mirror (instances.py). The
-sm_90 instances ran the conformance suite on an H200; no AMD instance (gfx942, gfx950) has run
-(`validated_on=()`), so the dispatcher self-checks each against the reference on first use.
+registry once the extension is loaded, before that from instances.py, which reads the same
+csrc/registry.h. The sm_90 instances ran the conformance suite on an H200; no AMD instance
+(gfx942, gfx950) has run (`validated_on=()`), so the dispatcher self-checks each against the
+reference on first use.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import functools
 
 import torch
 
-from ...dispatch.errors import InputError
-from ..base import DECODE_MAX_QLEN, Instance, Reason, attribute_rules, grid_sizes, ok_if, rank_by_rows
+from ...core.errors import InputError
+from ...core.instance import Instance, Reason, ok_if
+from ...core.modes import MODE_CODES, is_decode
+from ..base import BackendBase, grid_sizes, rank_by_rows
 from . import jit
-from .instances import INSTANCES, ctas_for_heads, from_registry, registry_id
+from .instances import ARCHES, INSTANCES, ctas_for_heads, from_registry, registry_id
 
-ARCHES = ("sm_90", "gfx942", "gfx950")          # the targets csrc/ has bodies for
-_MODE = {"table": 0, "free": 1, "prefill": 2}
 # Per-arch family order of the default rule (decode, prefill). sm_90 (H200, docs/opus-backend.md):
 # the FP8 body was fastest on one-row decode, the fold body (two-row tiles) on MTP 4 decode with
 # 16+ sequences and on prefill, ahead of the FP16 body. gfx942 and gfx950 have one family each
@@ -31,12 +32,12 @@ _FAMILY_ORDER = {"sm_90": (("fp8", "fold", "f16"), ("fold", "f16", "fp8")), "gfx
 @functools.cache
 def _registry_instances(module) -> tuple[Instance, ...]:
     """The loaded module's registry as instances, made once: every launch looks its instance up,
-    and rebuilding the registry's instances (13 then) took 61 us of host time (the H200's raw opus launch measured
-    67 us of host time before this cache; not re-measured since)."""
+    and rebuilding the (then 13) instances took 61 us of host time (the H200's raw opus launch
+    measured 67 us of host time before this cache; not re-measured since)."""
     return from_registry(module.registry())
 
 
-class OpusBackend:
+class OpusBackend(BackendBase):
     name = "opus"
 
     def available(self) -> Reason | None:
@@ -74,25 +75,16 @@ class OpusBackend:
             (key.head_dim == 128, "head_dim", f"the opus kernels need head_dim 128; got {key.head_dim}"),
         ])
 
-    def instance_supports(self, inst: Instance, key) -> list[Reason]:
-        return ok_if(attribute_rules(inst, key))
-
     def ranked_picks(self, key) -> list[tuple[Instance, str]]:
         """Per-arch default rule: the arch's families in order (decode, prefill), each ranked by
         rank_by_rows."""
         fits = [i for i in self.instances() if not self.instance_supports(i, key)]
         decode, prefill = _FAMILY_ORDER.get(key.arch, ((), ()))
-        order = decode if key.max_qlen <= DECODE_MAX_QLEN else prefill
+        order = decode if is_decode(key.max_qlen) else prefill
         return [pick for fam in order for pick in rank_by_rows([i for i in fits if i.family == fam], key)]
 
     def grid_sizes(self, inst: Instance, key) -> tuple[int, tuple[int, int]]:
         return grid_sizes(dataclasses.replace(inst, ctas_per_sm=ctas_for_heads(inst.ctas_per_sm, key.heads)), key)
-
-    def build_schedule(self, cfg, query_start_loc, row_ends, records) -> None:
-        """Table records from the one schedule kernel every backend shares (they count units of
-        64-key tiles, the opus tile)."""
-        from ..triton.backend import build_records
-        build_records(self._instance(cfg.instance), cfg, query_start_loc, row_ends, records)
 
     def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
                query_start_loc, row_ends, out, out_offsets, records, *, path_stats=None) -> None:
@@ -104,16 +96,13 @@ class OpusBackend:
         grid_x = groups if mode == "prefill" else cfg.table_grid
         stream = torch.cuda.current_stream(out.device).cuda_stream
         try:
-            module.launch(registry_id(inst), _MODE[mode], q, q_scale, kv_cache, kv_scale, weights,
+            module.launch(registry_id(inst), MODE_CODES[mode], q, q_scale, kv_cache, kv_scale, weights,
                           block_tables, query_start_loc, row_ends, out, out_offsets,
                           records if mode == "table" else None, cfg.heads, cfg.page_size,
                           cfg.pages_per_block, cfg.gather, cfg.max_seq_len, grid_x, parts, stream,
                           path_stats)
         except ValueError as e:  # the launcher's own checks (csrc/checks.h); nothing was launched
             raise InputError(str(e)) from None
-
-    def _instance(self, name: str) -> Instance:
-        return next(i for i in self.instances() if i.name == name)
 
 
 BACKEND = OpusBackend()

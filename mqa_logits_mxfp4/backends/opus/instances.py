@@ -1,48 +1,91 @@
-"""The opus instances: a Python mirror of csrc/registry.h (the C++ registry is the source).
+"""The opus instances, read from csrc/registry.h (the one list; nothing here repeats it).
 
+At import this module parses registry.h's `OPUS_INSTANCES` X-macro (one
+`X(id, name, arch, family, rows, warps, keys, stages, ctas, heads_mask)` a row, the format
+docs/adding-an-instance.md describes), its `OPUS_ARCH_NAME_<arch>` tokens and `OPUS_PAGE_SIZES`.
 Before the extension is built the backend lists these; once it is loaded it lists the C++
-registry's own entries (they are equal: tests/test_opus_build.py compiles registry.h into a
-host program and compares). Names: <arch>_<family>_r<rows>w<warps> (csrc/registry.h).
+registry's own entries, which are equal (tests/test_opus_build.py compiles registry.h into a
+host program and compares). Names: <arch>_<family>_r<rows>w<warps>.
 """
 
 from __future__ import annotations
 
-from ..base import MODES, Instance
+import re
+from pathlib import Path
+
+from ...core.instance import Instance
+from ...core.modes import MODES
 
 BACKEND = "opus"
-PAGE_SIZES = (8, 16, 32, 64, 128)
+REGISTRY_H = Path(__file__).with_name("csrc") / "registry.h"
 HEAD_DIMS = (128,)
 # Arches where this project has executed the family against the reference: the sm_90 families
-# passed the whole conformance suite on an H200 (2026-11-30; fold also its folded-tile test); mxf4 (gfx950) and the gfx942 f16
-# body have never run, so their instances self-check on first use. A family name may serve
-# several arches (f16: sm_90 and gfx942), so an instance counts as validated only on its own arch
-# (validated_on()).
+# passed the whole conformance suite on an H200 (2026-11-30; fold also its folded-tile test);
+# mxf4 (gfx950) and the gfx942 f16 body have never run, so their instances self-check on first
+# use. A family name may serve several arches (f16: sm_90 and gfx942), so an instance counts as
+# validated only on its own arch (validated_on()).
 VALIDATED_ON: dict[str, tuple[str, ...]] = {"f16": ("sm_90",), "fp8": ("sm_90",), "fold": ("sm_90",), "mxf4": (),
                                             "i8": ()}
 
-# (id, name, arch, family, rows, warps, keys a tile, stages, CTAs an SM, heads): registry.h's rows.
-REGISTRY = (
-    (0, "sm90_f16_r1w4", "sm_90", "f16", 1, 4, 64, 2, 4, (16, 32, 64, 128)),
-    (1, "sm90_f16_r2w4", "sm_90", "f16", 2, 4, 64, 2, 4, (16, 32, 64, 128)),
-    (2, "sm90_f16_r4w4", "sm_90", "f16", 4, 4, 64, 2, 4, (16, 32, 64)),
-    (3, "sm90_f16_r8w4", "sm_90", "f16", 8, 4, 64, 2, 4, (16, 32)),
-    (4, "sm90_f16_r1w2", "sm_90", "f16", 1, 2, 64, 2, 4, (16, 32, 64)),
-    (5, "sm90_fp8_r1w4", "sm_90", "fp8", 1, 4, 64, 2, 4, (16, 32, 64, 128)),
-    (6, "gfx950_mxf4_r1w2", "gfx950", "mxf4", 1, 2, 64, 2, 2, (16, 32, 64, 128)),
-    (7, "gfx950_mxf4_r2w2", "gfx950", "mxf4", 2, 2, 64, 2, 2, (16, 32, 64, 128)),
-    (8, "gfx950_mxf4_r4w2", "gfx950", "mxf4", 4, 2, 64, 2, 2, (16, 32, 64)),
-    (9, "gfx950_mxf4_r8w2", "gfx950", "mxf4", 8, 2, 64, 2, 2, (16, 32)),
-    (10, "gfx942_f16_r1w4", "gfx942", "f16", 1, 4, 64, 2, 2, (16, 32, 64, 128)),
-    (11, "gfx942_f16_r2w4", "gfx942", "f16", 2, 4, 64, 2, 2, (16, 32, 64)),
-    (12, "gfx942_f16_r4w4", "gfx942", "f16", 4, 4, 64, 2, 2, (16, 32)),
-    (13, "sm90_fold_r1w4", "sm_90", "fold", 1, 4, 64, 2, 4, (16, 32, 64)),
-    (14, "sm90_fold_r2w4", "sm_90", "fold", 2, 4, 64, 2, 3, (16, 32, 64)),
-    (15, "sm90_fold_r4w4", "sm_90", "fold", 4, 4, 64, 2, 3, (16, 32)),
-    (16, "sm90_i8_r1w12", "sm_90", "i8", 1, 12, 64, 4, 1, (16, 32, 64, 128)),
-    (17, "sm90_i8_r2w12", "sm_90", "i8", 2, 12, 64, 4, 1, (16, 32, 64, 128)),
-    (18, "sm90_i8_r4w12", "sm_90", "i8", 4, 12, 64, 4, 1, (16, 32, 64)),
-    (19, "sm90_i8_r8w12", "sm_90", "i8", 8, 12, 64, 4, 1, (16, 32)),
-)
+_FIELDS = ("id", "name", "arch", "family", "rows", "warps", "keys", "stages", "ctas", "heads")
+
+
+class RegistryFormatError(RuntimeError):
+    """registry.h does not read as the format docs/adding-an-instance.md describes."""
+
+
+def _macro_body(text: str, name: str) -> str:
+    """The replacement text of a (backslash-continued) #define, comments removed."""
+    m = re.search(rf"^#define {name}(?=\s)(.*?)(?<!\\)$", text, re.M | re.S)
+    if m is None:
+        raise RegistryFormatError(f"{REGISTRY_H}: no #define {name}")
+    body = m.group(1).replace("\\\n", "\n")
+    return re.sub(r"/\*.*?\*/|//[^\n]*", " ", body, flags=re.S)
+
+
+def heads_of_mask(mask: int) -> tuple[int, ...]:
+    """registry.h's heads mask: bit b set means 16 << b heads (bit 0 = 16 ... bit 3 = 128)."""
+    return tuple(16 << bit for bit in range(4) if mask >> bit & 1)
+
+
+def parse_registry(text: str) -> tuple[tuple, ...]:
+    """(id, name, arch, family, rows, warps, keys a tile, stages, CTAs an SM, heads) per X row."""
+    arch_names = dict(re.findall(r'^#define OPUS_ARCH_NAME_(\w+) "([^"]+)"', text, re.M))
+    body = _macro_body(text, r"OPUS_INSTANCES\(X\)")
+    rows = []
+    for args in re.findall(r"\bX\(([^)]*)\)", body):
+        fields = [f.strip() for f in args.split(",")]
+        if len(fields) != len(_FIELDS):
+            raise RegistryFormatError(f"{REGISTRY_H}: X({args}) has {len(fields)} fields; want {', '.join(_FIELDS)}")
+        id_, name, arch, family, *nums, mask = fields
+        if arch not in arch_names:
+            raise RegistryFormatError(f"{REGISTRY_H}: X({args}) names arch {arch!r}, which has no "
+                                      f"#define OPUS_ARCH_NAME_{arch}")
+        try:
+            rows_, warps, keys, stages, ctas = (int(v, 0) for v in nums)
+            rows.append((int(id_, 0), name, arch_names[arch], family, rows_, warps, keys, stages, ctas,
+                         heads_of_mask(int(mask, 0))))
+        except ValueError as e:
+            raise RegistryFormatError(f"{REGISTRY_H}: X({args}): {e}") from None
+    ids = [r[0] for r in rows]
+    if not rows or len(set(ids)) != len(ids):
+        raise RegistryFormatError(f"{REGISTRY_H}: OPUS_INSTANCES needs rows with distinct ids; got ids {ids}")
+    return tuple(rows)
+
+
+def parse_page_sizes(text: str) -> tuple[int, ...]:
+    return tuple(int(v, 0) for v in re.findall(r"\w+", _macro_body(text, "OPUS_PAGE_SIZES")))
+
+
+def parse_arches(text: str) -> tuple[str, ...]:
+    """The device arch tokens csrc/ has bodies for (OPUS_ARCH_NAME_*), in registry.h's order."""
+    return tuple(re.findall(r'^#define OPUS_ARCH_NAME_\w+ "([^"]+)"', text, re.M))
+
+
+_TEXT = REGISTRY_H.read_text()
+REGISTRY = parse_registry(_TEXT)
+PAGE_SIZES = parse_page_sizes(_TEXT)
+ARCHES = parse_arches(_TEXT)
 
 
 def ctas_for_heads(ctas: int, heads: int) -> int:
@@ -56,12 +99,17 @@ def validated_on(arch: str, family: str) -> tuple[str, ...]:
     return (arch,) if arch in VALIDATED_ON.get(family, ()) else ()
 
 
+# Families whose fast path is not the canonical order (within the tolerance; docs/numerics.md,
+# "Integer tiles"): i8 sums the four scaled blocks exactly in integers.
+NON_CANONICAL = frozenset({"i8"})
+
+
 def make_instance(id_: int, name: str, arch: str, family: str, rows: int, warps: int, block_n: int,
                   stages: int, ctas: int, heads: tuple[int, ...]) -> Instance:
     return Instance(name=name, backend=BACKEND, family=family, rows=rows, block_n=block_n, warps=warps,
                     stages=stages, heads=tuple(heads), page_sizes=PAGE_SIZES, arches=(arch,),
                     validated_on=validated_on(arch, family), modes=MODES, head_dims=HEAD_DIMS,
-                    ctas_per_sm=ctas, extra=(("id", id_),))
+                    ctas_per_sm=ctas, extra=(("id", id_),), canonical=family not in NON_CANONICAL)
 
 
 def from_registry(rows: list[dict]) -> tuple[Instance, ...]:

@@ -32,7 +32,8 @@ from pathlib import Path
 
 import torch
 
-from ...dispatch.errors import CaptureError
+from ...core import env
+from ...core.errors import CaptureError
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("bindings.cpp", "launch.cpp", "kernels.cu")   # compiled; the headers are hashed too
@@ -85,7 +86,6 @@ def target(plat: str | None = None) -> str | None:
 
 def build_allowed() -> bool:
     """BUILD_ALLOWED and MQA_LOGITS_MXFP4_OPUS_BUILD (unset or 1: allowed; 0: forbidden)."""
-    from ...dispatch import env
     return BUILD_ALLOWED and env.settings().opus_build
 
 
@@ -245,27 +245,59 @@ def load(verbose: bool = False):
         return _loaded
 
 
+# Exit codes of main() (and of `mqa-logits-mxfp4 build`), as its --help and docs/opus-backend.md state.
+EXIT_BUILT, EXIT_NOT_BUILT, EXIT_CANNOT_BUILD = 0, 1, 2
+EXIT_RULE = ("exit 0: the extension is built (and loads); 1: --check found none yet, or the build failed; "
+             "2: nothing can be built on this machine (CPU-only torch, no GPU arch with a kernel body, no "
+             "compiler or ninja, or building forbidden) and none is cached")
+
+
+def build_blocker(plat: str | None) -> str | None:
+    """Why no build can run in this process (None when one can): what `build` reports with exit 2."""
+    if plat is None:
+        return f"torch {torch.__version__} is CPU-only (the opus kernels need a CUDA or ROCm build of torch)"
+    if target(plat) is None:
+        return f"the opus HIP kernels build for {', '.join(HIP_TARGETS)}; the visible GPU is {hip_arch()}"
+    if not build_allowed():
+        return "building is forbidden (MQA_LOGITS_MXFP4_OPUS_BUILD=0 or jit.BUILD_ALLOWED False)"
+    from torch.utils import cpp_extension
+    if not cpp_extension.is_ninja_available():
+        return "ninja is not installed (pip install -e .[opus])"
+    if compiler(plat)[0] is None:
+        return f"no {'hipcc (ROCM_HOME)' if plat == 'hip' else 'nvcc (CUDA_HOME)'} was found"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Prebuild: `python -m mqa_logits_mxfp4.backends.opus.jit [--check] [--verbose]`."""
     import argparse
     p = argparse.ArgumentParser(prog="python -m mqa_logits_mxfp4.backends.opus.jit",
-                                description="build the opus extension into its cache (or --check it)")
+                                description="build the opus extension into its cache (or --check it)",
+                                epilog=EXIT_RULE)
     p.add_argument("--check", action="store_true", help="only report the cache state; never build")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     plat = platform()
-    if plat is None:
-        print(f"opus: torch {torch.__version__} is CPU-only: nothing to build", file=sys.stderr)
-        return 1
+    if plat is None or target(plat) is None:
+        print(f"opus: nothing can be built on this machine: {build_blocker(plat)}", file=sys.stderr)
+        return EXIT_CANNOT_BUILD
     exe, version = compiler(plat)
     print(f"opus: target {target(plat)}, compiler {exe or 'not found'}, cache {cache_root() / cache_key(plat)}")
+    path = cached_module_path(plat)
+    blocker = None if path else build_blocker(plat)
+    if blocker:
+        print(f"opus: not built, and nothing can be built on this machine: {blocker}", file=sys.stderr)
+        return EXIT_CANNOT_BUILD
     if args.check:
-        path = cached_module_path(plat)
-        print(f"opus: {'built: ' + str(path) if path else 'not built'}")
-        return 0 if path else 1
-    module = load(verbose=args.verbose)
+        print(f"opus: {'built: ' + str(path) if path else 'not built (`mqa-logits-mxfp4 build` builds it)'}")
+        return EXIT_BUILT if path else EXIT_NOT_BUILT
+    try:
+        module = load(verbose=args.verbose)
+    except (BuildError, BuildForbidden) as e:
+        print(f"opus: {e}", file=sys.stderr)
+        return EXIT_NOT_BUILT
     print(f"opus: loaded {module.__name__} ({module.target()}), {len(module.registry())} registry entries")
-    return 0
+    return EXIT_BUILT
 
 
 if __name__ == "__main__":

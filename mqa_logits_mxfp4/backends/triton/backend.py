@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import triton
 
-from ..base import Instance, Reason, attribute_rules, grid_sizes, ok_if, rank_by_rows
-from .instances import ACC_PER_THREAD, INSTANCES
+from ...core.instance import Instance, Reason, ok_if
+from ...core.modes import MODE_CODES
+from ...worksplit.rules import seq_lanes
+from ..base import BackendBase, attribute_rules, rank_by_rows
+from .instances import ACC_PER_THREAD, INSTANCES, MMA_KINDS
 
-_MMA = {"fp8": 0, "f16": 1, "scaled": 2}
-_MODE = {"table": 0, "free": 1, "prefill": 2}
 _PREFERRED_FAMILY = {"gfx950": "scaled", "gfx1250": "scaled",
                      "gfx942": "f16", "gfx90a": "f16", "sm_80": "f16", "sm_86": "f16"}
 
@@ -27,14 +28,6 @@ def _triton_version() -> tuple[int, int]:
     return tuple(int(x) for x in triton.__version__.split(".")[:2])
 
 
-def build_records(inst: Instance, cfg, query_start_loc, row_ends, records) -> None:
-    """Table records (dispatch/schedule.py's layout) for any backend's instance: one Triton
-    kernel builds them for every backend, from dispatch/worksplit.py's rule."""
-    _kernels().build_schedule_kernel[(cfg.table_grid,)](
-        query_start_loc, row_ends, records, query_start_loc.shape[0] - 1,
-        R=inst.rows, BLOCK_N=inst.block_n, SEQ_P2=triton.next_power_of_2(cfg.max_seqs))
-
-
 # Launches after the first of a config go straight to the compiled kernel (`CompiledKernel[grid]`),
 # skipping JITFunction.run's argument binding and cache lookup: most of the Triton launch's host
 # time (docs/perf-notes.md). The key holds every fact Triton specializes a kernel on (pointer
@@ -43,7 +36,7 @@ def build_records(inst: Instance, cfg, query_start_loc, row_ends, records) -> No
 _DIRECT_LAUNCH = hasattr(triton.compiler.CompiledKernel, "__getitem__")
 
 
-class TritonBackend:
+class TritonBackend(BackendBase):
     name = "triton"
 
     def __init__(self):
@@ -66,26 +59,20 @@ class TritonBackend:
     def instance_supports(self, inst: Instance, key) -> list[Reason]:
         rules = attribute_rules(inst, key) + [
             (inst.rows * key.heads * inst.block_n <= ACC_PER_THREAD * 32 * inst.warps, "registers",
-             f"{inst.name} holds rows x heads x keys = {inst.rows * key.heads * inst.block_n} accumulators; "
+             f"holds rows x heads x keys = {inst.rows * key.heads * inst.block_n} accumulators; "
              f"at most {ACC_PER_THREAD * 32 * inst.warps} fit its {inst.warps} warps"),
         ]
         if inst.family == "scaled" and key.arch == "cpu":
             rules.append((_triton_version() >= (3, 9), "interpreter",
-                          f"tl.dot_scaled runs in the interpreter from triton 3.9; got {triton.__version__}"))
-        return ok_if(rules)
+                          f"needs triton 3.9 (tl.dot_scaled in the interpreter); got {triton.__version__}"))
+        return ok_if(rules, inst.name)
 
     def ranked_picks(self, key) -> list[tuple[Instance, str]]:
         """Per-arch default rule: the preferred family first, each ranked by rank_by_rows."""
         family = _PREFERRED_FAMILY.get(key.arch, "fp8")
-        order = [family] + [f for f in ("fp8", "f16", "scaled") if f != family]
+        order = [family] + [f for f in MMA_KINDS if f != family]
         return [pick for fam in order for pick in rank_by_rows(
             [i for i in INSTANCES if i.family == fam and not self.instance_supports(i, key)], key)]
-
-    def grid_sizes(self, inst: Instance, key) -> tuple[int, tuple[int, int]]:
-        return grid_sizes(inst, key)
-
-    def build_schedule(self, cfg, query_start_loc, row_ends, records) -> None:
-        build_records(self._instance(cfg.instance), cfg, query_start_loc, row_ends, records)
 
     def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
                query_start_loc, row_ends, out, out_offsets, records) -> None:
@@ -105,8 +92,8 @@ class TritonBackend:
         inst = self._instance(cfg.instance)
         interp = interpreting()
         constexprs = (cfg.heads, cfg.heads.bit_length() - 1, cfg.head_dim, cfg.page_size, cfg.pages_per_block,
-                      cfg.gather, inst.rows, inst.block_n, _MMA[inst.family], _MODE[mode],
-                      triton.next_power_of_2(cfg.max_seqs) if mode == "free" else 1,  # SEQ_P2: Free only
+                      cfg.gather, inst.rows, inst.block_n, MMA_KINDS[inst.family], MODE_CODES[mode],
+                      seq_lanes(cfg.max_seqs) if mode == "free" else 1,  # SEQ_P2: Free only
                       flat, interp)
         compiled = _kernels().mqa_logits_kernel[grid](
             *pointers, *ints, *constexprs,
@@ -115,10 +102,6 @@ class TritonBackend:
             if len(self._compiled) >= 1024:
                 self._compiled.clear()
             self._compiled[key] = (cfg, compiled, constexprs)  # holds cfg, so its id() stays unique
-
-    @staticmethod
-    def _instance(name: str) -> Instance:
-        return next(i for i in INSTANCES if i.name == name)
 
 
 BACKEND = TritonBackend()

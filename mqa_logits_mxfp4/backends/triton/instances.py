@@ -7,10 +7,11 @@ the whole head_dim in one MXFP4 MMA where it is native).
 
 from __future__ import annotations
 
-from ..base import Instance
+from ...core.geometry import HEADS, PAGE_SIZES
+from ...core.instance import Instance
 
-HEADS = (16, 32, 64, 128)
-PAGE_SIZES = (8, 16, 32, 64, 128)
+# The kernel's MMA constexpr for each family (kernels.py's MMA_* and isa.py's MMA kinds).
+MMA_KINDS = {"fp8": 0, "f16": 1, "scaled": 2}
 FAMILY_ARCHES = {
     "fp8": ("cpu", "sm_89", "sm_90", "sm_100", "sm_103", "sm_120", "gfx950"),
     "f16": ("cpu", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "sm_120",
@@ -26,6 +27,9 @@ FAMILY_VALIDATED = {
     "scaled": ("cpu",),
 }
 FAMILY_HEAD_DIMS = {"fp8": (128,), "f16": (128,), "scaled": (128, 256)}
+# dot_scaled sums the scaled blocks inside the MMA in the hardware's order, not the canonical one
+# (docs/numerics.md), so `scaled` is the one family that is not bitwise identical to the others.
+NON_CANONICAL = ("scaled",)
 # (rows, block_n, warps, stages). 64-key tiles: sm_90's wgmma needs M = 64 keys a warpgroup
 # (32-key tiles fell back to mma.sync in AOT compiles). The backend admits an instance only
 # while its fp32 accumulator, rows*heads x block_n, is at most ACC_PER_THREAD registers a
@@ -38,7 +42,8 @@ def _make(family: str, rows: int, block_n: int, warps: int, stages: int) -> Inst
     return Instance(name=f"{family}_r{rows}n{block_n}w{warps}s{stages}", backend="triton",
                     family=family, rows=rows, block_n=block_n, warps=warps, stages=stages,
                     heads=HEADS, page_sizes=PAGE_SIZES, arches=FAMILY_ARCHES[family],
-                    validated_on=FAMILY_VALIDATED[family], head_dims=FAMILY_HEAD_DIMS[family])
+                    validated_on=FAMILY_VALIDATED[family], head_dims=FAMILY_HEAD_DIMS[family],
+                    canonical=family not in NON_CANONICAL)
 
 
 INSTANCES = tuple(_make(f, *shape) for f in FAMILY_ARCHES for shape in SHAPES)

@@ -2,6 +2,9 @@
 production tile shapes for its native targets without a GPU, and report the MMA instructions
 found, registers, spills and shared memory. Needs TRITON_INTERPRET unset (decorated kernels
 cannot be AOT-compiled under the interpreter).
+
+Importing this module does not import triton (the CLI builds its parser from it before it
+knows whether TRITON_INTERPRET is to be set); the functions import it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,11 @@ import subprocess
 import tempfile
 import time
 
+import torch
+
+from ...core.modes import MODE_CODES
+from ...core.problem import ProblemKey
+from .instances import INSTANCES, MMA_KINDS
 
 # name -> (GPUTarget arguments, shared-memory budget in bytes). Each target compiles every
 # instance whose `arches` name it.
@@ -22,17 +30,20 @@ ISA_TARGETS = {
     "sm_100": (("cuda", 100, 32), 232448),
 }
 ISA_DEFAULT_TARGETS = ("sm_90", "gfx950")  # sm_100 on request
-# (target, MMA kind) -> the instruction that must appear. Kinds are the kernel's MMA constexpr
-# (backend._MMA maps family names to them): 0 fp8 operands, 1 16-bit float operands, 2 dot_scaled.
+# (target, MMA kind) -> the MMA instruction a compile must contain, as a pattern a whole mnemonic
+# of the record's `mma` list matches; every other MMA mnemonic found is listed in `mma_unexpected`
+# (tests/test_isa.py requires none on the default targets: a silent fallback, e.g. to mma.sync
+# on Hopper, fails). Kinds are the kernel's MMA constexpr (instances.MMA_KINDS maps family names
+# to them): 0 fp8 operands, 1 16-bit float operands, 2 dot_scaled.
 EXPECTED_MMA = {
-    ("sm_90", 0): r"QGMMA\.",
-    ("sm_90", 1): r"HGMMA\.",
+    ("sm_90", 0): r"QGMMA(\.\w+)+",
+    ("sm_90", 1): r"HGMMA(\.\w+)+",
     ("gfx950", 0): r"v_mfma_f32_\d+x\d+x\d+_fp8_fp8",
     ("gfx950", 1): r"v_mfma_f32_\d+x\d+x\d+_b?f16",
     ("gfx950", 2): r"v_mfma_scale_f32_\d+x\d+x\d+_f8f6f4",
-    ("sm_100", 0): r"UTCQMMA",
-    ("sm_100", 1): r"UTCHMMA",
-    ("sm_100", 2): r"UTCOMMA",  # native MXFP4 tcgen05 (kind::mxf4), not an emulation
+    ("sm_100", 0): r"UTCQMMA(\.\w+)*",
+    ("sm_100", 1): r"UTCHMMA(\.\w+)*",
+    ("sm_100", 2): r"UTCOMMA(\.\w+)*",  # native MXFP4 tcgen05 (kind::mxf4), not an emulation
 }
 # (instance, target) -> why its spill is accepted for now, with what `isa` measured and the
 # triton version. Every other (instance, target) is production: a spill there fails the command.
@@ -41,7 +52,7 @@ EXPECTED_SPILLS: dict[tuple[str, str], str] = {}
 # (mode, SEQ_P2): SEQ_P2 (next_power_of_2(max_seqs)) shapes Free mode's work split and moves
 # register use a lot, so Free compiles for a small and a large decode batch; Prefill ignores it.
 ISA_VARIANTS = (("free", 4), ("free", 64), ("prefill", 64))
-MODE_CODE = {"free": 1, "prefill": 2}
+MODE_CODE = {m: MODE_CODES[m] for m in ("free", "prefill")}  # the modes `isa` compiles
 _ISA_HEADS = 64
 
 # mqa_logits_kernel's runtime arguments as backend.launch() passes them for a non-flat output:
@@ -59,11 +70,7 @@ _DIVISIBLE = [name for name, ty in _SIGNATURE.items() if ty.startswith("*")] + [
 def isa_jobs(targets=None, modes=None) -> list[dict]:
     """Every (instance, target, mode, SEQ_P2) the isa command compiles, at heads 64 where the
     instance serves 64 heads, else at the most heads it serves."""
-    import torch
-
-    from ...dispatch.config import ProblemKey
-    from .backend import _MMA, BACKEND
-    from .instances import INSTANCES
+    from .backend import BACKEND  # imports triton: the CLI imports this module before TRITON_INTERPRET is settled
 
     def heads_for(inst, target):
         """Heads 64 where the backend admits the instance there, else the most it admits."""
@@ -79,7 +86,7 @@ def isa_jobs(targets=None, modes=None) -> list[dict]:
                 continue
             for mode, seq_p2 in ISA_VARIANTS:
                 if not modes or mode in modes:
-                    jobs.append(dict(instance=inst.name, heads=heads, family=inst.family, mma_kind=_MMA[inst.family],
+                    jobs.append(dict(instance=inst.name, heads=heads, family=inst.family, mma_kind=MMA_KINDS[inst.family],
                                      rows=inst.rows, block_n=inst.block_n, warps=inst.warps,
                                      stages=inst.stages, target=target, mode=mode, seq_p2=seq_p2))
     return jobs
@@ -117,7 +124,7 @@ def compile_isa(job: dict) -> dict:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from . import kernels
+    from . import kernels  # decorated now: TRITON_INTERPRET must be unset (run() is refused otherwise)
 
     rec = dict(job)
     kernel = kernels.mqa_logits_kernel
@@ -157,7 +164,8 @@ def compile_isa(job: dict) -> dict:
         rec.update(_amd_resources(code))
     pattern = EXPECTED_MMA.get((job["target"], job["mma_kind"]))
     rec["mma_expected"] = pattern
-    rec["mma_ok"] = pattern is None or re.search(pattern, code) is not None
+    rec["mma_ok"] = pattern is None or any(re.fullmatch(pattern, m) for m in rec["mma"])
+    rec["mma_unexpected"] = [] if pattern is None else [m for m in rec["mma"] if not re.fullmatch(pattern, m)]
     return rec
 
 

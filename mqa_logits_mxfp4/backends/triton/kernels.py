@@ -8,22 +8,25 @@ docs/numerics.md's canonical order in all of them, so they are bitwise identical
 Work units (Free and Table): sequence b has ceil(rows_b / R) groups, each with
 ceil(end_b / BLOCK_N) key tiles (end_b: the sequence's last row_end); units are numbered
 sequence-major, group-major, tile-minor, and program p takes units
-[p * total // G, (p + 1) * total // G). dispatch/worksplit.py states these rules in plain Python;
-every backend's kernels transcribe it.
+[p * total // G, (p + 1) * total // G). worksplit/rules.py states these rules in plain Python;
+every backend's kernels transcribe it, and worksplit/kernel.py's `cta_range` (shared with the
+Table-records kernel) is Free mode's split here.
 """
 
 import triton
 import triton.language as tl
 
-MODE_TABLE: tl.constexpr = tl.constexpr(0)
-MODE_FREE: tl.constexpr = tl.constexpr(1)
-MODE_PREFILL: tl.constexpr = tl.constexpr(2)
+from ...core.modes import MODE_CODES
+from ...worksplit.kernel import RECORD_INTS, cta_range
+from .instances import MMA_KINDS
 
-MMA_FP8: tl.constexpr = tl.constexpr(0)
-MMA_F16: tl.constexpr = tl.constexpr(1)
-MMA_SCALED: tl.constexpr = tl.constexpr(2)
+MODE_TABLE: tl.constexpr = tl.constexpr(MODE_CODES["table"])
+MODE_FREE: tl.constexpr = tl.constexpr(MODE_CODES["free"])
+MODE_PREFILL: tl.constexpr = tl.constexpr(MODE_CODES["prefill"])
 
-RECORD_INTS: tl.constexpr = tl.constexpr(8)
+MMA_FP8: tl.constexpr = tl.constexpr(MMA_KINDS["fp8"])
+MMA_F16: tl.constexpr = tl.constexpr(MMA_KINDS["f16"])
+MMA_SCALED: tl.constexpr = tl.constexpr(MMA_KINDS["scaled"])
 
 
 @triton.jit
@@ -166,41 +169,6 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
         tl.store(out_ptr + obase[None, :] + keys[:, None], v, mask=smask)
 
 
-@triton.jit
-def _cta_range(qsl_ptr, re_ptr, num_seqs, pid, nprog,
-               R: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_P2: tl.constexpr):
-    """Program pid's unit range and its first sequence: (u_begin, u_end, b, units before b)."""
-    seqs = tl.arange(0, SEQ_P2)
-    smask = seqs < num_seqs
-    qa = tl.load(qsl_ptr + seqs, mask=smask, other=0)
-    qb = tl.load(qsl_ptr + seqs + 1, mask=smask, other=0)
-    n = qb - qa
-    end = tl.load(re_ptr + qb - 1, mask=smask & (n > 0), other=0)
-    units = tl.cdiv(n, R) * tl.cdiv(end, BLOCK_N)
-    total = tl.sum(units, axis=0).to(tl.int64)
-    u_begin = ((pid * total) // nprog).to(tl.int32)
-    u_end = (((pid + 1) * total) // nprog).to(tl.int32)
-    cum = tl.cumsum(units, axis=0)
-    before = cum <= u_begin
-    b = tl.sum(before.to(tl.int32), axis=0)
-    base = tl.sum(tl.where(before, units, 0), axis=0)
-    return u_begin, u_end, b, base
-
-
-@triton.jit
-def build_schedule_kernel(qsl_ptr, re_ptr, sched_ptr, num_seqs,
-                          R: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_P2: tl.constexpr):
-    """Table mode: one 32-byte record per program of the scoring launch."""
-    pid = tl.program_id(0)
-    u_begin, u_end, b, base = _cta_range(qsl_ptr, re_ptr, num_seqs, pid, tl.num_programs(0),
-                                         R, BLOCK_N, SEQ_P2)
-    rec = sched_ptr + pid * RECORD_INTS
-    tl.store(rec + 0, u_begin)
-    tl.store(rec + 1, u_end)
-    tl.store(rec + 2, b)
-    tl.store(rec + 3, base)
-
-
 @triton.jit(do_not_specialize=["num_seqs", "parts"])  # shape-dependent: one compile serves every shape
 def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_ptr,
                       out_ptr, oo_ptr, sched_ptr,
@@ -246,8 +214,8 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
             b = tl.load(rec + 2)
             base = tl.load(rec + 3)
         else:
-            u, u_end, b, base = _cta_range(qsl_ptr, re_ptr, num_seqs, pid, tl.num_programs(0),
-                                           R, BLOCK_N, SEQ_P2)
+            u, u_end, b, base = cta_range(qsl_ptr, re_ptr, num_seqs, pid, tl.num_programs(0),
+                                          R, BLOCK_N, SEQ_P2)
         while (u < u_end) & (b < num_seqs):
             qa = tl.load(qsl_ptr + b)
             qb = tl.load(qsl_ptr + b + 1)

@@ -8,13 +8,14 @@
 
 namespace opus {
 
+// Mode codes: core/modes.py's MODE_CODES (tests/test_structure.py checks that they agree).
 enum Mode : int32_t { kModeTable = 0, kModeFree = 1, kModePrefill = 2 };
 
 constexpr int kHeadDim = 128;          // elements a head / a key
 constexpr int kHeadBytes = 64;         // E2M1 bytes a head / a key
 constexpr int kScaleBlocks = 4;        // E8M0 scales a head / a key (32 elements each)
 constexpr int kBlockN = 64;            // keys a tile (also the unit size of the schedule records)
-constexpr int kRecordInts = 8;         // int32 a Table record (dispatch/schedule.py)
+constexpr int kRecordInts = 8;         // int32 a Table record (core/records.py's RECORD_INTS)
 
 struct LaunchArgs {
   const uint8_t* q;            // [num_rows, heads, 64]   contiguous
@@ -27,7 +28,7 @@ struct LaunchArgs {
   const int32_t* row_ends;     // [num_rows]
   float* out;                  // 2-D [>= num_rows, out_cols] (row stride stride_out) or flat [out_numel]
   const int64_t* out_offsets;  // [>= num_rows] for a flat out, else null
-  const int32_t* records;      // [>= grid_x, 8] in Table mode, else null
+  const int32_t* records;      // [>= grid_x, kRecordInts] in Table mode, else null
   unsigned long long* path_stats;  // [2] or null: stages a body scored on its fast / canonical path (tests)
 
   int64_t stride_w;            // elements between weight rows

@@ -95,7 +95,7 @@ OPUS_DEV float fma_rn(float a, float b, float c) {
   return __fmaf_rn(a, b, c);
 #endif
 }
-// IEEE 754-2019 maximum(x, 0): NaN propagates (SPEC: relu is not a compare-and-select).
+// IEEE 754-2019 maximum(x, 0): NaN propagates (docs/numerics.md: relu is not a compare-and-select).
 OPUS_DEV float relu_nan(float x) {
 #if OPUS_HIP
   return __builtin_elementwise_maximum(x, 0.0f);

@@ -1,7 +1,13 @@
 // The opus instance registry: the one list of kernels this backend offers. Plain C++ (no CUDA,
 // HIP or torch): kernels.cu instantiates the entries of the platform it is compiled for,
-// bindings.cpp exports every entry to Python, and tests/opus_host_check.cpp prints it so the
-// Python mirror (instances.py) is checked against it.
+// bindings.cpp exports every entry to Python, and backends/opus/instances.py parses this file
+// at import (before the extension is built); tests/opus_host_check.cpp prints the compiled
+// entries so tests/test_opus_build.py can check the parse against them.
+//
+// Format (what instances.py reads; docs/adding-an-instance.md): one
+//   X(id, name, arch, family, rows, warps, keys, stages, ctas, heads_mask)
+// a line inside OPUS_INSTANCES, ids distinct, numbers decimal or 0x hex, `arch` a token with an
+// OPUS_ARCH_NAME_<arch> define below; comments only as /* ... */ within the macro.
 //
 // Names: <arch>_<family>_r<rows>w<warps>
 //   arch    sm90 | gfx942 | gfx950  the target the body is written for

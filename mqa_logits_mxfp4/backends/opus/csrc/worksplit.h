@@ -1,14 +1,14 @@
 // The work split of every schedule mode: which (row group, key tiles) pieces a program scores.
 //
-// The same rules as backends/triton/kernels.py and its plain-Python statement
-// backends/flydsl/worksplit.py: units are (row group, key tile) pairs numbered sequence-major,
+// The same rules as backends/triton/kernels.py and their plain-Python statement
+// worksplit/rules.py: units are (row group, key tile) pairs numbered sequence-major,
 // group-major, tile-minor; sequence b has ceil(rows_b / R) groups of up to R rows, each with
 // ceil(end_b / 64) tiles (end_b: the row_end of its last row). A Table/Free program takes units
 // [u_begin, u_end) and walks them from sequence b with `base` units before it; Prefill program
 // (group, part) takes global rows [group*R, group*R + R), split at sequence starts, and the
 // part-th of `parts` equal cuts of each piece's tiles.
 //
-// Host-and-device code: tests/opus_host_check.cpp runs it with g++ against worksplit.py.
+// Host-and-device code: tests/opus_host_check.cpp runs it with g++ against worksplit/rules.py.
 // Every read of query_start_loc is clamped into [0, num_rows] (the device-side row guard: a
 // caller-contract violation can waste work but never index outside the row tensors).
 #pragma once
@@ -133,7 +133,7 @@ struct PrefillIter {
 
 // Program pid's (u_begin, u_end, first sequence, units before it) of nprog programs, serially.
 // Kernels compute the same with a warp-parallel scan; Table records come from the shared
-// Triton build_schedule_kernel (tests check all three agree).
+// Triton build_schedule_kernel (worksplit/kernel.py; tests check all three agree).
 struct CtaRange {
   int u_begin, u_end, b, base;
 };

@@ -1,16 +1,19 @@
-"""Exceptions raised before any launch; every message names the rule and the observed value."""
+"""Every exception the op raises; each message names the rule and the observed value.
+
+docs/contract.md ("Errors") says when each is raised.
+"""
 
 
 class MqaLogitsError(ValueError):
-    """Base class: a call the op refuses (nothing was launched or written)."""
+    """Base class: a call or a file the package refuses (nothing was launched or written)."""
 
 
 class InputError(MqaLogitsError):
-    """A tensor breaks a rule of SPEC section 5 (dtype, ndim, shape, device, bounds)."""
+    """A tensor or a bound breaks a rule of the caller contract (dtype, ndim, shape, device, bounds)."""
 
 
 class ScheduleError(MqaLogitsError):
-    """A schedule built from another config or other tensors."""
+    """A schedule built from another config or other tensors, or not a schedule at all."""
 
 
 class NoBackendError(MqaLogitsError):
@@ -23,6 +26,10 @@ class PinnedBackendError(MqaLogitsError):
 
 class UnknownBackendError(MqaLogitsError):
     """A backend or instance name that does not exist; the message lists the valid ones."""
+
+
+class TableError(MqaLogitsError):
+    """A tuned table that breaks the schema or collides with another (names the file and line)."""
 
 
 class CaptureError(RuntimeError):

@@ -1,7 +1,7 @@
-"""The only reader of MQA_LOGITS_MXFP4_* environment variables (SPEC section 6).
+"""The only reader of MQA_LOGITS_MXFP4_* environment variables (docs/contract.md, "Environment").
 
-Read once and cached; `reload()` (re-exported by the package) re-reads them and drops every
-cache built from them (configs, tuned tables, self-check results).
+Read once and cached; `mqa_logits_mxfp4.reload()` re-reads them and drops every cache built
+from them (configs, tuned tables, self-check results).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import warnings
 from dataclasses import dataclass
 
 PREFIX = "MQA_LOGITS_MXFP4_"
-BACKEND_NAMES = ("opus", "flydsl", "triton")
 
 
 @dataclass(frozen=True)

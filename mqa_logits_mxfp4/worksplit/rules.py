@@ -1,23 +1,24 @@
 """The work split every schedule mode uses, written once in plain Python.
 
-This is the executable statement of the rules every backend follows, and which
-backends/triton/kernels.py implements (`_cta_range`,
-`build_schedule_kernel`, the Free/Table/Prefill loops of `mqa_logits_kernel`): units are
-(row group, key tile) pairs numbered sequence-major, group-major, tile-minor; sequence b has
+This is the executable statement of the rules every backend follows: units are (row group,
+key tile) pairs numbered sequence-major, group-major, tile-minor; sequence b has
 ceil(rows_b / R) groups of up to R rows, each with ceil(end_b / BLOCK_N) key tiles, end_b being
 the row_end of the sequence's last row; program p of G takes units [p*total//G, (p+1)*total//G).
 Prefill program (g, part) takes global rows [g*R, g*R+R), split at sequence starts, and cuts
 each piece's tiles into `parts` equal shares.
 
-The FlyDSL kernels (backends/flydsl/kernels.py) are a line-by-line transcription of `free_work`,
-`prefill_work` and `cta_range`; tests/test_flydsl.py checks `cta_range` against the records
-the shared Triton `build_schedule_kernel` writes, and that every mode covers every key of every
-live row exactly once.
+Who transcribes it: worksplit/kernel.py (`cta_range`, the Table records), the Triton kernels'
+Free/Table/Prefill loops (backends/triton/kernels.py), the FlyDSL kernels line by line
+(backends/flydsl/kernels.py) and the opus piece iterators (backends/opus/csrc/worksplit.h).
+tests/test_flydsl.py checks `cta_range` against the records the Triton kernel writes, and
+tests/test_opus_build.py runs worksplit.h against this module.
 """
 
 from __future__ import annotations
 
 from typing import Iterator, Sequence
+
+from ..core.records import RECORD_FIELDS, RECORD_INTS
 
 # (sequence, first row, end row, first tile, end tile): rows [r0, r1) of sequence b against key
 # tiles [t0, t1); rows of one group share every loaded key tile.
@@ -26,6 +27,11 @@ Piece = tuple[int, int, int, int, int]
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def seq_lanes(max_seqs: int) -> int:
+    """The power of two >= max_seqs that Free mode and the records kernel reduce over (SEQ_P2)."""
+    return 1 << (max(max_seqs, 1) - 1).bit_length()
 
 
 def seq_units(qsl: Sequence[int], row_ends: Sequence[int], b: int, rows: int, block_n: int
@@ -60,9 +66,9 @@ def cta_range(qsl: Sequence[int], row_ends: Sequence[int], pid: int, nprog: int,
 
 def schedule_records(qsl: Sequence[int], row_ends: Sequence[int], nprog: int, rows: int,
                      block_n: int, lanes: int) -> list[list[int]]:
-    """Table mode's records, [u_begin, u_end, b, base, 0, 0, 0, 0] per program."""
-    return [list(cta_range(qsl, row_ends, p, nprog, rows, block_n, lanes)) + [0, 0, 0, 0]
-            for p in range(nprog)]
+    """Table mode's records (core/records.py's layout), [u_begin, u_end, b, base, 0, 0, 0, 0] per program."""
+    pad = [0] * (RECORD_INTS - len(RECORD_FIELDS))
+    return [list(cta_range(qsl, row_ends, p, nprog, rows, block_n, lanes)) + pad for p in range(nprog)]
 
 
 def free_work(qsl: Sequence[int], row_ends: Sequence[int], u: int, u_end: int, b: int, base: int,
