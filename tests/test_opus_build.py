@@ -125,11 +125,13 @@ def test_instance_rules(name, over, reason):
 
 def test_default_rule_per_arch():
     decode = BACKEND.ranked_picks(sm90_key(max_qlen=2))
-    assert decode[0][0].name == "sm90_fp8_r1w4" and {m for _, m in decode} == {"free"}
-    assert decode[1][0].name == "sm90_fold_r2w4"  # then the fold body: the fewest rows that hold MTP 2
+    assert decode[0][0].name == "sm90_i8_r2w12" and {m for _, m in decode} == {"free"}  # fewest rows holding MTP 2
+    names = [i.name for i, _ in decode]
+    assert names.index("sm90_fp8_r1w4") < names.index("sm90_fold_r2w4")  # then the mma.sync bodies as before
+    assert [i.family for i, _ in decode[:4]] == ["i8"] * 3 + ["fp8"]  # r8 holds <= 32 heads
     prefill = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, pages_per_block=32, max_qlen=4096, max_rows=4096))
-    assert prefill[0] == (next(i for i in INSTANCES if i.name == "sm90_fold_r4w4"), "prefill")  # fold: rows x heads <= 128
-    assert [i.family for i, _ in prefill][:4] == ["fold", "fold", "fold", "f16"]
+    assert prefill[0] == (next(i for i in INSTANCES if i.name == "sm90_i8_r8w12"), "prefill")  # widest first
+    assert [i.family for i, _ in prefill][:7] == ["i8"] * 4 + ["fold"] * 3
     gather = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, gather=True))
     assert {i.rows for i, _ in gather} == {1}
     assert BACKEND.ranked_picks(sm90_key(arch="gfx950"))[0][0].name == "gfx950_mxf4_r2w2"

@@ -21,11 +21,13 @@ from ..base import BackendBase, grid_sizes, rank_by_rows
 from . import jit
 from .instances import ARCHES, INSTANCES, ctas_for_heads, from_registry, registry_id
 
-# Per-arch family order of the default rule (decode, prefill). sm_90 (H200, docs/opus-backend.md):
-# the FP8 body was fastest on one-row decode, the fold body (two-row tiles) on MTP 4 decode with
-# 16+ sequences and on prefill, ahead of the FP16 body. gfx942 and gfx950 have one family each
-# (never measured).
-_FAMILY_ORDER = {"sm_90": (("fp8", "fold", "f16"), ("fold", "f16", "fp8")), "gfx942": (("f16",), ("f16",)),
+# Per-arch family order of the default rule (decode, prefill). sm_90 (H200, docs/opus-backend.md,
+# docs/perf-notes.md): the wgmma body i8 was 2.2-3.9x faster than every mma.sync body on decode
+# with realistic scales (and 0.8-0.9x of them on wide-spread scales, where its canonical path
+# runs); among the mma.sync bodies FP8 was fastest on one-row decode, fold (two-row tiles) on
+# MTP 4 decode with 16+ sequences and on prefill. gfx942 and gfx950 have one family each (never
+# measured).
+_FAMILY_ORDER = {"sm_90": (("i8", "fp8", "fold", "f16"), ("i8", "fold", "f16", "fp8")), "gfx942": (("f16",), ("f16",)),
                  "gfx950": (("mxf4",), ("mxf4",))}
 
 

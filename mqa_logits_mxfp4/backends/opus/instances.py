@@ -20,12 +20,13 @@ BACKEND = "opus"
 REGISTRY_H = Path(__file__).with_name("csrc") / "registry.h"
 HEAD_DIMS = (128,)
 # Arches where this project has executed the family against the reference: the sm_90 families
-# passed the whole conformance suite on an H200 (2026-11-30; fold also its folded-tile test);
+# passed the whole conformance suite on an H200 (2026-11-30; fold also its folded-tile test; i8
+# 2026-12-01, with its fast-path tests);
 # mxf4 (gfx950) and the gfx942 f16 body have never run, so their instances self-check on first
 # use. A family name may serve several arches (f16: sm_90 and gfx942), so an instance counts as
 # validated only on its own arch (validated_on()).
 VALIDATED_ON: dict[str, tuple[str, ...]] = {"f16": ("sm_90",), "fp8": ("sm_90",), "fold": ("sm_90",), "mxf4": (),
-                                            "i8": ()}
+                                            "i8": ("sm_90",)}
 
 _FIELDS = ("id", "name", "arch", "family", "rows", "warps", "keys", "stages", "ctas", "heads")
 
