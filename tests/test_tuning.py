@@ -423,6 +423,44 @@ def test_bench_rows_and_plot(tmp_path):
         assert message.startswith("matplotlib is not installed")
 
 
+def test_bench_peer_rows_and_ratio(monkeypatch):
+    """bench(peer="deepgemm"): where the peer serves the problem, a row for it (timed in rounds
+    alternating with our fastest candidate) and every row's time over the peer's; where it
+    cannot, a skipped row that says why."""
+    from mqa_logits_mxfp4.tuning import peer
+
+    calls = []
+
+    class FakePeer:
+        def __init__(self, problem, max_seq_len):
+            calls.append((problem.rows, max_seq_len))
+
+        def __call__(self):
+            return None
+
+        def metadata(self):
+            return None
+
+    ceil = {"copy_GBps": 1000.0, "bf16_TFLOPs": 100.0}
+    t = make_tuner(FakeTimer({"deepgemm": 5.0, "deepgemm:metadata": 2.0}, default=10.0), top=0, modes={"free"},
+                   torch_path=False)
+    monkeypatch.setattr(peer, "available", lambda: "deep_gemm is not importable")
+    rows = bench.bench(SMOKE[:1], t, ceil, peer="deepgemm")
+    skipped = [r for r in rows if r["backend"] == "deepgemm"]
+    assert [r["status"] for r in skipped] == ["skipped"] and "not importable" in skipped[0]["note"]
+    assert not calls and all(not r.get("vs_peer") for r in rows if r["backend"] == "triton")
+    monkeypatch.setattr(peer, "available", lambda: None)
+    monkeypatch.setattr(peer, "unsupported", lambda problem: None)
+    monkeypatch.setattr(peer, "DeepGemmCall", FakePeer)
+    rows = bench.bench(SMOKE[:1], t, ceil, peer="deepgemm")
+    theirs = next(r for r in rows if r["backend"] == "deepgemm")
+    assert theirs["status"] == "ok" and float(theirs["us"]) == 5.0 and theirs["schedule_us"] == "2.000"
+    assert calls == [(SMOKE[0].max_rows, SMOKE[0].max_seq_len)]
+    assert "ours / peer 2.000" in theirs["note"]
+    assert all(float(r["vs_peer"]) == 2.0 for r in rows if r["backend"] == "triton")
+    assert {r["data"] for r in rows} == {"realistic"}
+
+
 # --- the command line -----------------------------------------------------------------------
 
 def test_commands_parse():

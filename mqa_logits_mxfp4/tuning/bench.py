@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import math
+import statistics
 from pathlib import Path
 
 import torch
@@ -15,9 +16,11 @@ import torch
 from .suites import Shape
 from .tuner import ShapeResult, Tuner, measure_each, provenance
 
-COLUMNS = ("suite", "shape", "kind", "backend", "instance", "mode", "status", "us", "launch_us", "schedule_us",
-           "layers", "GBps", "TFLOPs", "floor_us", "fraction", "bytes", "flops", "copy_GBps", "fp8_TFLOPs",
-           "bf16_TFLOPs", "device_name", "torch_version", "triton_version", "tool_version", "date", "note")
+COLUMNS = ("suite", "shape", "kind", "data", "backend", "instance", "mode", "status", "us", "launch_us",
+           "schedule_us", "layers", "GBps", "TFLOPs", "floor_us", "fraction", "vs_peer", "bytes", "flops",
+           "copy_GBps", "fp8_TFLOPs", "bf16_TFLOPs", "device_name", "torch_version", "triton_version",
+           "tool_version", "date", "note")
+PEERS = ("deepgemm",)
 
 
 def problem_work(problem) -> dict:
@@ -99,19 +102,73 @@ def shape_rows(shape: Shape, result: ShapeResult, work: dict, ceil: dict, best_o
     return rows
 
 
-def bench(shapes: list[Shape], tuner: Tuner, ceil: dict, *, best_only: bool = False, progress=None) -> list[dict]:
-    """Bench rows for `shapes` (CSV columns: COLUMNS); `ceil` from timing.ceilings on the same device."""
+def peer_rows(shape: Shape, result, problem, tuner: Tuner, work: dict, ceil: dict, rounds: int = 3) -> list[dict]:
+    """DeepGEMM (tuning/peer.py) on the problem our candidates just ran, timed in rounds that
+    alternate with our fastest candidate (drift hits both alike): a row for the peer, and the
+    ratio `vs_peer` = our time / its time for that candidate. Empty when there is no best."""
+    from . import peer
+    from .tuner import candidate_runner
+    floor = floor_us(work, ceil)
+    base = dict(suite=shape.suite, shape=shape.name, kind=shape.kind, layers=shape.layers, floor_us=f"{floor:.3f}",
+                bytes=work.get("bytes", ""), flops=work.get("flops", ""), backend="deepgemm",
+                instance="fp8_paged_mqa_logits", mode="")
+    why = peer.available() or peer.unsupported(problem)
+    if why is not None:
+        return [dict(base, status="skipped", note=why)]
+    best = result.best
+    try:
+        call = peer.DeepGemmCall(problem, shape.max_seq_len)
+        call()
+        out = torch.empty((problem.rows, shape.max_seq_len), dtype=torch.float32, device=tuner.device)
+        ours, build = candidate_runner(best.candidate, result.key, problem, out)
+        if build:
+            build()
+        theirs_us, ours_us = [], []
+        for _ in range(rounds):
+            theirs_us += tuner.timer(call, "deepgemm", max(1, tuner.iters // rounds), 1)
+            ours_us += tuner.timer(ours, best.candidate.label, max(1, tuner.iters // rounds), 1)
+        meta_us = statistics.median(tuner.timer(call.metadata, "deepgemm:metadata", 5, 1))
+    except Exception as e:  # the peer refused this problem (e.g. next_n > 2): the row says why
+        return [dict(base, status="error", note=f"{type(e).__name__}: {e}"[:500])]
+    t, o = statistics.median(theirs_us), statistics.median(ours_us)
+    return [dict(base, status="ok", us=f"{t:.3f}", launch_us=f"{t:.3f}", schedule_us=f"{meta_us:.3f}",
+                 **_rate_columns(t, work, floor), vs_peer="1",
+                 note=f"interleaved with {best.candidate.label} ({o:.3f} us there): ours / peer {o / t:.3f}; "
+                      "schedule_us: its metadata kernel, once a step")]
+
+
+def bench(shapes: list[Shape], tuner: Tuner, ceil: dict, *, best_only: bool = False, progress=None,
+          peer: str | None = None) -> list[dict]:
+    """Bench rows for `shapes` (CSV columns: COLUMNS); `ceil` from timing.ceilings on the same device.
+    `peer` ("deepgemm"): also time that op on each problem, interleaved with our fastest
+    candidate, and give every row its time over the peer's (`vs_peer`)."""
     prov = provenance(tuner.device)
     ceil_cols = {k: (f"{ceil[k]:.4g}" if k in ceil else "") for k in ("copy_GBps", "fp8_TFLOPs", "bf16_TFLOPs")}
-    rows, works = [], {}
-    for shape, result, error in measure_each(tuner, shapes, progress,
-                                             lambda s, p: works.__setitem__(s.name, problem_work(p))):
+    rows, works, problems = [], {}, {}
+
+    def on_problem(s, p):
+        works[s.name] = problem_work(p)
+        if peer:
+            problems[s.name] = p
+
+    for shape, result, error in measure_each(tuner, shapes, progress, on_problem):
         if error is not None:  # e.g. out of memory: the row says so and the bench goes on
             rows.append(dict(suite=shape.suite, shape=shape.name, kind=shape.kind, status="error",
                              note=f"{type(error).__name__}: {error}"[:500], **ceil_cols, **prov))
             continue
         work = works.get(shape.name, {})
-        rows += [dict(r, **ceil_cols, **prov) for r in shape_rows(shape, result, work, ceil, best_only)]
+        here = shape_rows(shape, result, work, ceil, best_only)
+        problem = problems.pop(shape.name, None)
+        if peer and problem is not None and result.best is not None:
+            extra = peer_rows(shape, result, problem, tuner, work, ceil)
+            peer_us = float(extra[0]["us"]) if extra[0]["status"] == "ok" else None
+            if peer_us:
+                for r in here:
+                    if r.get("us"):
+                        r["vs_peer"] = f"{float(r['us']) / peer_us:.4g}"
+            here += extra
+        del problem
+        rows += [dict(r, data=tuner.data, **ceil_cols, **prov) for r in here]
     return rows
 
 

@@ -342,7 +342,7 @@ def cmd_bench(args, parser) -> int:
     tuner = _tuner(args, device, parser, top=args.top, torch_path=not args.no_torch_path, on_event=on_event)
     progress = Progress("bench")
     try:
-        rows = bench(shapes, tuner, ceil, best_only=args.best, progress=progress)
+        rows = bench(shapes, tuner, ceil, best_only=args.best, progress=progress, peer=args.peer)
     finally:
         progress.close()
         close_log()
@@ -402,6 +402,9 @@ def add_commands(subparsers) -> None:
     bench.add_argument("--png", help="the plot (default: the CSV's name with .png)")
     bench.add_argument("--best", action="store_true", help="one row per backend and shape: its best candidate")
     bench.add_argument("--top", type=int, default=0, help="re-time the N fastest of each shape interleaved (default 0)")
+    bench.add_argument("--peer", choices=("deepgemm",), help="also time DeepGEMM's FP8 paged MQA logits on each "
+                       "problem (where deep_gemm imports and serves the shape), interleaved with our fastest "
+                       "candidate; every row gets vs_peer = its time / the peer's (docs/tuning.md)")
     _common(bench, "no torch rows")
     bench.set_defaults(handler=cmd_bench, subparser=bench, local_shard=None)
 
