@@ -22,8 +22,8 @@ from . import jit
 from .instances import ARCHES, INSTANCES, ctas_for_heads, from_registry, registry_id
 
 # Per-arch family order of the default rule (decode, prefill). sm_90 (H200, docs/opus-backend.md,
-# docs/perf-notes.md): the wgmma body i8 was 2.2-3.9x faster than every mma.sync body on decode
-# with realistic scales (and 0.8-0.9x of them on wide-spread scales, where its canonical path
+# docs/perf-notes.md): the wgmma body i8 was 1.9-3.3x faster than the best mma.sync body on decode
+# with realistic scales (and 0.7-0.9x of it on wide-spread scales, where its canonical path
 # runs); among the mma.sync bodies FP8 was fastest on one-row decode, fold (two-row tiles) on
 # MTP 4 decode with 16+ sequences and on prefill. gfx942 and gfx950 have one family each (never
 # measured).
