@@ -427,8 +427,7 @@ def test_bench_peer_rows_and_ratio(monkeypatch):
     """bench(peer="deepgemm"): where the peer serves the problem, a row for it (timed in rounds
     alternating with our fastest candidate) and every row's time over the peer's; where it
     cannot, a skipped row that says why."""
-    from mqa_logits_mxfp4.tuning import peer
-
+    peer = bench.peer
     calls = []
 
     class FakePeer:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import torch
 
+from . import peer
 from .suites import Shape
-from .tuner import ShapeResult, Tuner, measure_each, provenance
+from .tuner import ShapeResult, Tuner, candidate_runner, measure_each, provenance
 
 COLUMNS = ("suite", "shape", "kind", "data", "backend", "instance", "mode", "status", "us", "launch_us",
            "schedule_us", "layers", "GBps", "TFLOPs", "floor_us", "fraction", "vs_peer", "bytes", "flops",
@@ -106,8 +107,6 @@ def peer_rows(shape: Shape, result, problem, tuner: Tuner, work: dict, ceil: dic
     """DeepGEMM (tuning/peer.py) on the problem our candidates just ran, timed in rounds that
     alternate with our fastest candidate (drift hits both alike): a row for the peer, and the
     ratio `vs_peer` = our time / its time for that candidate. Empty when there is no best."""
-    from . import peer
-    from .tuner import candidate_runner
     floor = floor_us(work, ceil)
     base = dict(suite=shape.suite, shape=shape.name, kind=shape.kind, layers=shape.layers, floor_us=f"{floor:.3f}",
                 bytes=work.get("bytes", ""), flops=work.get("flops", ""), backend="deepgemm",
