@@ -192,7 +192,7 @@ def _cmd_explain(args, parser) -> int:
     max_rows = args.max_rows if args.max_rows is not None else args.max_seqs * args.max_qlen
     try:
         cfg = mqa_logits_mxfp4_config(device, max_rows=max_rows, max_seqs=args.max_seqs,
-                                      max_qlen=args.max_qlen, **bounds)
+                                      max_qlen=args.max_qlen, batch_invariant=args.batch_invariant, **bounds)
     except MqaLogitsError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
@@ -247,6 +247,8 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--max-seqs", type=int, default=1, help="default 1")
     ex.add_argument("--max-qlen", type=int, default=1, help="default 1")
     ex.add_argument("--max-seq-len", type=int, help="default 8192 (a model preset sets its own)")
+    ex.add_argument("--batch-invariant", action="store_true",
+                    help="only canonical instances: bitwise batch invariance (docs/numerics.md)")
     ex.set_defaults(subparser=ex)
 
     isa_cmd = sub.add_parser("isa", help="AOT-compile every Triton instance for its native targets "

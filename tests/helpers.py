@@ -7,8 +7,8 @@ from mqa_logits_mxfp4.dispatch.table import COLUMNS
 
 def tuned_row(**over) -> dict:
     """One tuned-table row (sm_90/132, H64 D128 page 64x1 decode) with provenance, unless overridden."""
-    r = dict(schema_version=1, arch="sm_90", cu_num=132, heads=64, head_dim=128, page_size=64,
-             pages_per_block=1, gather=0, qlen=1, rows=16, seq_len=1024, backend="triton",
+    r = dict(schema_version=2, arch="sm_90", cu_num=132, heads=64, head_dim=128, page_size=64,
+             pages_per_block=1, gather=0, batch_invariant=0, qlen=1, rows=16, seq_len=1024, backend="triton",
              instance="fp8_r1n64w4s2", mode="free", us=10.0, date="2026-01-01", tool_version="t",
              torch_version="t", triton_version="t", device_name="d", ref_us=100.0, candidates=3)
     r.update(over)

@@ -51,6 +51,14 @@ def test_explain_model_presets(model):
     assert f"seq_len<={preset.max_seq_len}" in res.stdout
 
 
+def test_explain_batch_invariant():
+    res = cli("explain", "--device", "cpu", "--batch-invariant")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "seq_len<=8192, batch-invariant" in res.stdout.splitlines()[0]
+    assert "guarantee: batch_invariant: canonical instances only" in res.stdout
+    assert "is not canonical (docs/numerics.md)" in res.stdout  # the excluded scaled instances
+
+
 def test_explain_option_overrides_preset():
     res = cli("explain", "--device", "cpu", "--model", "deepseek_v4_1_candidate", "--no-gather",
               "--max-seq-len", "1000")

@@ -350,16 +350,25 @@ def test_no_backend_lists_every_backend(bounds, reason):
 # pinned > tuned > default
 
 
-def tuned_csv(path, **over):
-    r = dict(schema_version=1, arch="cpu", cu_num=1, heads=64, head_dim=128, page_size=64,
-             pages_per_block=1, gather=0, qlen=1, rows=16, seq_len=1024, backend="triton",
-             instance="f16_r2n64w8s2", mode="prefill", us=12.5)
-    r.update(over)
+def write_rows(path, overs: list[dict]):
+    """A tuned CSV of one row a dict of overrides (tuned_csv's defaults)."""
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(table.COLUMNS))
         w.writeheader()
-        w.writerow(r)
+        w.writerows(tuned_row(**o) for o in overs)
     return str(path)
+
+
+def tuned_row(**over) -> dict:
+    r = dict(schema_version=2, arch="cpu", cu_num=1, heads=64, head_dim=128, page_size=64,
+             pages_per_block=1, gather=0, batch_invariant=0, qlen=1, rows=16, seq_len=1024, backend="triton",
+             instance="f16_r2n64w8s2", mode="prefill", us=12.5)
+    r.update(over)
+    return r
+
+
+def tuned_csv(path, **over):
+    return write_rows(path, [over])
 
 
 def test_tuned_row_picks(monkeypatch, tmp_path):
@@ -410,6 +419,111 @@ def test_unusable_tuned_row_is_skipped(monkeypatch, tmp_path, caplog, over, reas
     assert cfg.instance == (DEFAULT_DECODE if heads == 64 else "fp8_r1n64w8s2")  # 1 x 128 needs 8 warps
     assert note in cfg.explain()
     assert any(note in r.getMessage() for r in caplog.records)
+
+
+# ---------------------------------------------------------------------------------------------
+# batch_invariant: only canonical instances (docs/numerics.md, "Canonical and non-canonical instances")
+
+SCALED = [i.name for i in triton_instances.INSTANCES if not i.canonical]
+NOT_CANONICAL = "is not canonical (docs/numerics.md)"
+
+
+def test_batch_invariant_is_a_bound_of_the_config():
+    default, invariant = build(), build(batch_invariant=True)
+    assert default.batch_invariant is False and invariant.batch_invariant is True
+    assert invariant != default and invariant.key == dataclasses.replace(default.key, batch_invariant=True)
+    assert build(batch_invariant=True) is invariant  # cached like any bound
+    assert repr(invariant) == ("MqaLogitsConfig(cpu/1: H64 D128 page 64x1, rows<=16 seqs<=4 qlen<=1 "
+                               "seq_len<=1024, batch-invariant -> triton/fp8_r1n64w4s2/free)")
+    assert "batch-invariant" not in repr(default)
+    assert ("guarantee: batch_invariant: canonical instances only, bitwise identical to each other whatever "
+            "the backend, tile, mode or bounds (docs/numerics.md)") in invariant.explain()
+    assert ("guarantee: within the tolerance (docs/contract.md): the pick may be any instance, canonical or "
+            "not (this one is canonical); batch_invariant=True for bitwise batch invariance") in default.explain()
+
+
+@pytest.mark.parametrize("value", [None, "yes", 2, "True"])
+def test_batch_invariant_must_be_a_bool(value):
+    with pytest.raises(mx.InputError, match=f"batch_invariant must be a bool; got {value!r}"):
+        build(batch_invariant=value)
+
+
+def test_env_batch_invariant_makes_every_config_batch_invariant(monkeypatch, recwarn):
+    setenv(monkeypatch, BATCH_INVARIANT="1")
+    assert env.settings().batch_invariant is True
+    assert not [w for w in recwarn if "unknown environment variable" in str(w.message)]
+    assert build().batch_invariant is True and build(batch_invariant=False).batch_invariant is True
+    setenv(monkeypatch, BATCH_INVARIANT="0")
+    assert build().batch_invariant is False and build(batch_invariant=True).batch_invariant is True
+
+
+@pytest.fixture
+def scaled_first(monkeypatch):
+    """The CPU default rule with the scaled (non-canonical) family first."""
+    monkeypatch.setitem(triton_backend._PREFERRED_FAMILY, "cpu", "scaled")
+
+
+def test_batch_invariant_default_rule_skips_non_canonical(scaled_first):
+    assert build().instance == "scaled_r1n64w4s2"
+    assert "(this one is not canonical)" in build().explain()
+    cfg = build(batch_invariant=True)
+    assert (cfg.instance, cfg.source) == (DEFAULT_DECODE, "default rule for cpu")
+    text = cfg.explain()
+    # the instances that fit but for the rule, once, grouped (H64: r4 and r8 break the tile rule too)
+    assert (f"batch_invariant: 3 instances (scaled_r1n64w4s2, scaled_r1n64w8s2, scaled_r2n64w8s2): "
+            f"{NOT_CANONICAL}") in text
+    assert text.count(NOT_CANONICAL) == 1
+    assert NOT_CANONICAL not in build().explain()
+
+
+def test_batch_invariant_pinned_backend_picks_its_canonical_instances(monkeypatch, scaled_first):
+    setenv(monkeypatch, BACKEND="triton")
+    assert build().instance == "scaled_r1n64w4s2"
+    cfg = build(batch_invariant=True)
+    assert cfg.instance == DEFAULT_DECODE and cfg.source.startswith("pinned backend triton")
+    assert f"batch_invariant: 3 instances (scaled_r1n64w4s2, scaled_r1n64w8s2, scaled_r2n64w8s2): " \
+        f"{NOT_CANONICAL}" in cfg.explain()
+    only_scaled = tuple(i for i in triton_instances.INSTANCES if not i.canonical)
+    monkeypatch.setattr(triton_backend, "INSTANCES", only_scaled)
+    assert build(max_seq_len=2048).instance == "scaled_r1n64w4s2"
+    with pytest.raises(mx.PinnedBackendError) as e:  # never a fallback to a non-canonical one
+        build(max_seq_len=2048, batch_invariant=True)
+    msg = str(e.value)
+    assert "pinned backend triton (MQA_LOGITS_MXFP4_BACKEND) has no instance for" in msg
+    assert f"batch_invariant: 5 instances (scaled_r1n64w4s2, scaled_r1n64w8s2, ..., scaled_r8n64w8s2): " \
+        f"{NOT_CANONICAL}" in msg
+
+
+@pytest.mark.parametrize("name", SCALED[:2])
+def test_batch_invariant_pinned_non_canonical_instance_raises(monkeypatch, name):
+    setenv(monkeypatch, INSTANCE=name)
+    assert build().instance == name
+    with pytest.raises(mx.PinnedBackendError) as e:
+        build(batch_invariant=True)
+    msg = str(e.value)
+    assert f"pinned instance triton/{name} (MQA_LOGITS_MXFP4_INSTANCE) cannot serve" in msg
+    assert msg.endswith(f"batch_invariant: {name} {NOT_CANONICAL}")
+    setenv(monkeypatch, INSTANCE=DEFAULT_DECODE)
+    assert build(batch_invariant=True).instance == DEFAULT_DECODE
+
+
+def test_batch_invariant_tuned_rows(monkeypatch, tmp_path, caplog):
+    """Lookup is exact on batch_invariant; a batch_invariant row naming a non-canonical instance
+    (hand-made: the tuner writes none) is skipped with the rule as its reason."""
+    f = write_rows(tmp_path / "tuned.csv", [dict(instance="scaled_r1n64w4s2"),
+                                            dict(batch_invariant=1, instance="f16_r1n64w4s2", mode="free")])
+    setenv(monkeypatch, CONFIGS=f)
+    assert build().instance == "scaled_r1n64w4s2" and build().source.startswith(f"tuned row {f}:2")
+    cfg = build(batch_invariant=True)
+    assert cfg.instance == "f16_r1n64w4s2" and cfg.source.startswith(f"tuned row {f}:3")
+    bad = write_rows(tmp_path / "bad.csv", [dict(batch_invariant=1, instance="scaled_r1n64w4s2")])
+    setenv(monkeypatch, CONFIGS=bad)
+    with caplog.at_level(logging.INFO, logger="mqa_logits_mxfp4"):
+        cfg = build(batch_invariant=True)
+    note = f"tuned row {bad}:2 skipped: batch_invariant: scaled_r1n64w4s2 {NOT_CANONICAL}"
+    assert cfg.instance == DEFAULT_DECODE and cfg.source == "default rule for cpu"
+    assert note in cfg.explain() and any(note in r.getMessage() for r in caplog.records)
+    assert build().source == "default rule for cpu"  # no batch_invariant=0 row in that file
 
 
 # ---------------------------------------------------------------------------------------------

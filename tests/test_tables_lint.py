@@ -40,8 +40,10 @@ def test_lint_passes_good_tables(tmp_path):
     (dict(instance="scaled_r1n64w4s2"), "instance scaled_r1n64w4s2 runs on cpu, gfx950, gfx1250; the row is for sm_90"),
     (dict(us=0), "us must be a positive time"),
     (dict(us="nan"), "us must be a positive time"),
-    (dict(schema_version=2), "schema_version 2"),
+    (dict(schema_version=3), "schema_version 3"),
     (dict(gather="maybe"), "gather must be 0/1/true/false"),
+    (dict(batch_invariant=1, arch="gfx950", cu_num=256, instance="scaled_r2n64w8s2"),
+     "a batch_invariant row names scaled_r2n64w8s2, which is not canonical (docs/numerics.md)"),
 ])
 def test_lint_fails_bad_rows(tmp_path, bad, message):
     f = write_csv(tmp_path / "bad.csv", [row(rows=8), row(**bad)])
@@ -69,3 +71,15 @@ def test_lint_fails_collisions_and_wrong_columns(tmp_path):
     d = tmp_path / "d.csv"
     d.write_text("arch,backend\nsm_90,triton\n")
     assert any("missing columns" in p for p in lint_tables([d]))
+
+
+def test_lint_takes_schema_1_tables_and_one_schema_a_file(tmp_path):
+    v1_columns = table.COLUMNS_OF[1]
+    v1 = write_csv(tmp_path / "v1.csv", [row(schema_version=1)], columns=v1_columns)
+    assert lint_tables([v1]) == []
+    canonical = write_csv(tmp_path / "bi.csv", [row(batch_invariant=1)])  # fp8: canonical
+    assert lint_tables([v1, canonical]) == []
+    mixed = write_csv(tmp_path / "mixed.csv", [row(), row(schema_version=1, rows=8)])
+    assert any("rows of schema versions ['1', '2']: one version a file" in p for p in lint_tables([mixed]))
+    wrong = write_csv(tmp_path / "wrong.csv", [row(schema_version=1)])  # schema 1 rows, schema 2 columns
+    assert any("differ from the schema's" in p and "(schema_version 1)" in p for p in lint_tables([wrong]))

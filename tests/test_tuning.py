@@ -151,7 +151,7 @@ def test_shape_for_key_finds_suite_shapes_and_makes_up_others():
     s = suites.SUITES["deepseek_v4_1"].shapes(True)[3]
     key = table.bucket(s.key(CPU, arch="sm_90", cu_num=132))
     assert suites.shape_for_key(key) == s
-    key = ("sm_90", 132, 64, 128, 64, 1, False, 3, 10, 1000)
+    key = ("sm_90", 132, 64, 128, 64, 1, False, False, 3, 10, 1000)
     made = suites.shape_for_key(key)
     assert table.bucket(made.key(CPU, arch="sm_90", cu_num=132)) == key
     assert max(made.row_ends()) <= 1000 and made.layers == suites.V4_LAYERS
@@ -229,28 +229,33 @@ def test_tuner_writes_a_table_the_dispatcher_finds(tmp_path, monkeypatch):
     assert summary.tuned == [shape.name] and not summary.failed
     with open(out) as f:
         assert f.readline().strip().split(",") == list(COLUMNS)
-    (got,) = table.read_table(out)
-    # table: 40 + 300 / 3 layers = 140 us loses to free at 50 us
-    assert (got.backend, got.instance, got.mode, got.us) == ("triton", INSTANCE, "free", 50.0)
+    got, invariant = table.read_table(out)  # a row for each batch_invariant setting, 0 first
+    # table: 40 + 300 / 3 layers = 140 us loses to free at 50 us; the instance is canonical
+    for r in (got, invariant):
+        assert (r.backend, r.instance, r.mode, r.us) == ("triton", INSTANCE, "free", 50.0)
     assert got.key == table.bucket(shape.key(CPU))
-    (rec,) = tables.read_records(out)
-    assert float(rec["ref_us"]) == 7000 and rec["candidates"] == "3" and rec["device_name"]
-    assert rec["torch_version"] == torch.__version__
+    assert invariant.key == table.bucket(replace(shape.key(CPU), batch_invariant=True))
+    for rec in tables.read_records(out):
+        assert float(rec["ref_us"]) == 7000 and rec["candidates"] == "3" and rec["device_name"]
+        assert rec["torch_version"] == torch.__version__ and rec["schema_version"] == "2"
 
     key = shape.key(CPU)
     assert table.lookup(key, (str(out),)).source == f"{out}:2"
-    bigger = suites.shape_for_key(("cpu", 1, 32, 128, 8, 1, False, 4, 64, 4096)).key(CPU)
+    assert table.lookup(replace(key, batch_invariant=True), (str(out),)).source == f"{out}:3"
+    bigger = suites.shape_for_key(("cpu", 1, 32, 128, 8, 1, False, False, 4, 64, 4096)).key(CPU)
     assert table.lookup(bigger, (str(out),)).key == got.key  # nearest tuned bounds below
     monkeypatch.setenv("MQA_LOGITS_MXFP4_CONFIGS", str(out))
     mx.reload()
     cfg = mx.mqa_logits_mxfp4_config("cpu", **shape.bounds())
     assert cfg.source.startswith(f"tuned row {out}:2") and (cfg.instance, cfg.mode) == (INSTANCE, "free")
+    cfg = mx.mqa_logits_mxfp4_config("cpu", **shape.bounds(), batch_invariant=True)
+    assert cfg.source.startswith(f"tuned row {out}:3") and (cfg.instance, cfg.mode) == (INSTANCE, "free")
 
     # resumable: a second run finds the key and times nothing
     again = FakeTimer()
     summary = tuner.tune([shape], out, make_tuner(again))
     assert summary.already == [shape.name] and again.calls == []
-    assert len(table.read_table(out)) == 1
+    assert len(table.read_table(out)) == 2
 
 
 @needs_kernels
@@ -309,13 +314,77 @@ def test_non_canonical_candidates_are_said_once_a_run(caplog):
     assert len(said) == 1 and "non-canonical" in said[0] and "said once a run" in said[0]
 
 
+SCALED = "scaled_r1n64w4s2"  # not canonical (docs/numerics.md)
+
+
+@needs_kernels
+def test_tuner_picks_both_settings_from_one_measurement(tmp_path, monkeypatch):
+    """Time once, pick twice: the batch_invariant=0 row takes the fastest candidate (here the
+    non-canonical scaled one), the batch_invariant=1 row the fastest canonical one."""
+    measured = []
+    real_measure = tuner.Tuner.measure
+    monkeypatch.setattr(tuner.Tuner, "measure", lambda self, shape, *a, **k: measured.append(shape.name)
+                        or real_measure(self, shape, *a, **k))
+    shape, out = SMOKE[0], tmp_path / "model.csv"
+    timer = FakeTimer({label("free", SCALED): 10, label("free"): 50})
+    summary = tuner.tune([shape], out, make_tuner(timer, instances={INSTANCE, SCALED}, modes={"free"}))
+    assert summary.tuned == [shape.name] and not summary.failed and measured == [shape.name]
+    assert [c for c in timer.calls if c != "torch"].count(label("free", SCALED)) == 1 + 2  # probe, 2 rounds
+    fastest, canonical = table.read_table(out)
+    assert (fastest.instance, fastest.us, fastest.key) == (SCALED, 10.0, table.bucket(shape.key(CPU)))
+    assert (canonical.instance, canonical.us) == (INSTANCE, 50.0)
+    assert canonical.key == tuner.setting_key(shape.key(CPU), True)
+    assert [r["candidates"] for r in tables.read_records(out)] == ["2", "1"]
+    monkeypatch.setenv("MQA_LOGITS_MXFP4_CONFIGS", str(out))
+    mx.reload()
+    assert mx.mqa_logits_mxfp4_config("cpu", **shape.bounds()).instance == SCALED
+    assert mx.mqa_logits_mxfp4_config("cpu", **shape.bounds(), batch_invariant=True).instance == INSTANCE
+
+
+@needs_kernels
+def test_canonical_candidates_are_pruned_and_retimed_against_canonical_ones():
+    """A canonical candidate 6x slower than a non-canonical one is still timed (it may be the
+    batch_invariant pick) and re-timed with the fastest of each setting; a non-canonical one
+    that slow is pruned."""
+    shape = SMOKE[0]
+    key = shape.key(CPU)
+    by_name = {c.instance.name: c for c in tuner.candidates(key, instances={INSTANCE, SCALED, "scaled_r1n64w8s2"},
+                                                            modes={"free"})[0]}
+    cands = [by_name[SCALED], by_name["scaled_r1n64w8s2"], by_name[INSTANCE]]  # the canonical one last
+    timer = FakeTimer({label("free", SCALED): 10, label("free", "scaled_r1n64w8s2"): 60, label("free"): 60})
+    result = make_tuner(timer, top=1, torch_path=False).measure(shape, cands)
+    pruned = {t.candidate.instance.name: t.pruned for t in result.timed}
+    assert pruned == {SCALED: False, "scaled_r1n64w8s2": True, INSTANCE: False}
+    assert {t.candidate.instance.name for t in result.final} == {SCALED, INSTANCE}
+    assert result.best.candidate.instance.name == SCALED == result.best_for(False).candidate.instance.name
+    assert result.best_for(True).candidate.instance.name == INSTANCE
+
+
+@needs_kernels
+def test_a_shape_without_a_canonical_candidate_lacks_its_batch_invariant_row(tmp_path, caplog):
+    shape, out = SMOKE[0], tmp_path / "t.csv"
+    with caplog.at_level("ERROR", logger="mqa_logits_mxfp4.tuning"):
+        summary = tuner.tune([shape], out, make_tuner(instances={SCALED}, modes={"free"}, torch_path=False))
+    assert summary.tuned == [shape.name] and summary.failed == [f"{shape.name} (batch_invariant=1)"]
+    assert "no canonical candidate passed the check: no batch_invariant=1 row" in caplog.text
+    (row,) = table.read_table(out)
+    assert row.instance == SCALED and row.key == table.bucket(shape.key(CPU))
+    # a later run with a canonical candidate adds the missing row only
+    timer = FakeTimer()
+    summary = tuner.tune([shape], out, make_tuner(timer, modes={"free"}, torch_path=False))
+    assert summary.tuned == [shape.name] and not summary.failed
+    assert [(r.instance, r.key[table.KEY.index("batch_invariant")]) for r in table.read_table(out)] == \
+        [(SCALED, False), (INSTANCE, True)]
+
+
 @needs_kernels
 def test_real_timer_check_and_time_loop(tmp_path):
     """The default timer (wall clock on the CPU) through check, timing and re-timing."""
     t = tuner.Tuner(CPU, instances={INSTANCE}, modes={"free"}, iters=1, rounds=1, torch_path=False)
     summary = tuner.tune(SMOKE[:1], tmp_path / "t.csv", t)
-    (got,) = table.read_table(tmp_path / "t.csv")
+    got, invariant = table.read_table(tmp_path / "t.csv")
     assert summary.tuned and got.us > 0 and got.mode == "free"
+    assert (invariant.instance, invariant.us) == (got.instance, got.us)  # one measurement, picked twice
 
 
 def test_candidates_list_reasons_for_the_rest():
@@ -337,7 +406,7 @@ def test_reference_bands_fit_the_budget():
 
 @needs_kernels
 def test_banded_reference_check_catches_errors_in_its_bands():
-    shape = suites.shape_for_key(("cpu", 1, 32, 128, 8, 1, False, 2, 16, 64))  # 8 sequences x 2 rows
+    shape = suites.shape_for_key(("cpu", 1, 32, 128, 8, 1, False, False, 2, 16, 64))  # 8 sequences x 2 rows
     p = shape.make(CPU)
     check = tuner.ReferenceCheck(p, shape.max_seq_len, budget_macs=1)
     assert check.bands == [(0, 1), (5, 6), (10, 11), (15, 16)]
@@ -363,18 +432,22 @@ def test_verify_flags_rows_off_by_more_than_ten_percent(tmp_path):
     out = tmp_path / "model.csv"
     tuner.tune(SMOKE, out, make_tuner(FakeTimer({label("free"): 50}, default=80), torch_path=False))
     recs = tables.read_records(out)
-    assert [r["mode"] for r in recs] == ["free", "free"]
+    assert [(r["mode"], r["batch_invariant"]) for r in recs] == [("free", "0"), ("free", "1")] * 2
     recs[0]["us"], recs[1]["us"] = "52", "40"  # now 50: -4% (within) and +25% (off)
     recs.append(dict(recs[0], arch="sm_90", cu_num="132"))  # another device's row: skipped
     tables.write_records(out, recs)
     rows, skipped = tuner.verify(out, make_tuner(FakeTimer({label("free"): 50})))
-    assert [(v.tuned_us, v.now_us, v.off(0.10)) for v in rows] == [(52, 50, False), (40, 50, True)]
+    assert [(v.tuned_us, v.now_us, v.off(0.10)) for v in rows] == [(52, 50, False), (40, 50, True),
+                                                                   (50, 50, False), (50, 50, False)]
     assert len(skipped) == 1 and "sm_90/132" in skipped[0]
 
     recs[0]["instance"] = "no_such_instance"
+    recs[1]["instance"] = recs[2]["instance"] = "scaled_r1n64w4s2"  # non-canonical: not in a batch_invariant row
     tables.write_records(out, recs)
     rows, _ = tuner.verify(out, make_tuner(FakeTimer({label("free"): 50})))
     assert "no instance 'no_such_instance'" in rows[0].problem and rows[0].off(0.10)
+    assert rows[1].problem == "cannot run here: batch_invariant: scaled_r1n64w4s2 is not canonical (docs/numerics.md)"
+    assert not rows[2].problem and rows[2].now_us == 100  # the same pick in a batch_invariant=0 row runs
 
 
 # --- bench ------------------------------------------------------------------------------------
@@ -497,7 +570,7 @@ def test_tune_workers_shard_and_merge_on_cpu(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "[cpu0]" in res.stdout and "[cpu1]" in res.stdout and "merged 2 worker tables" in res.stdout
     keys = {r.key for r in table.read_table(out)}
-    assert keys == {table.bucket(s.key(CPU)) for s in SMOKE}
+    assert keys == {tuner.setting_key(s.key(CPU), bi) for s in SMOKE for bi in (False, True)}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["smoke.csv"]
 
 
@@ -507,4 +580,4 @@ def test_tune_and_verify_on_the_gpu(tmp_path):
     summary = tuner.tune(SMOKE, tmp_path / "g.csv", t)
     assert len(summary.tuned) == 2
     rows, _ = tuner.verify(tmp_path / "g.csv", tuner.Tuner("cuda", iters=10, rounds=2, torch_path=False))
-    assert len(rows) == 2 and all(v.now_us and not v.problem for v in rows)
+    assert len(rows) == 4 and all(v.now_us and not v.problem for v in rows)  # 2 shapes x 2 settings

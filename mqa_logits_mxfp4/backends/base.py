@@ -114,4 +114,5 @@ def attribute_rules(inst: Instance, key) -> list[tuple[bool, str, str]]:
          f"needs rows x heads <= {MAX_COLS}; got {inst.rows} x {key.heads}"),
         (not key.gather or inst.rows == 1, "gather",
          f"has {inst.rows} rows; gather mode needs a one-row instance (each row has its own table)"),
+        (not key.batch_invariant or inst.canonical, "batch_invariant", "is not canonical (docs/numerics.md)"),
     ]

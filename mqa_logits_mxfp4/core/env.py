@@ -23,10 +23,11 @@ class Settings:
     debug: bool = False              # MQA_LOGITS_MXFP4_DEBUG: host checks of the caller contract (syncs)
     selfcheck: bool = True           # MQA_LOGITS_MXFP4_SELFCHECK=0 skips first-use self-checks
     opus_build: bool = True          # MQA_LOGITS_MXFP4_OPUS_BUILD=0 forbids building the opus extension
+    batch_invariant: bool = False    # MQA_LOGITS_MXFP4_BATCH_INVARIANT=1 makes every config batch-invariant
 
 
 _KNOWN = {f"{PREFIX}{n}" for n in ("BACKEND", "INSTANCE", "CONFIGS", "LOG", "DEBUG", "SELFCHECK",
-                                          "OPUS_BUILD")}
+                                          "OPUS_BUILD", "BATCH_INVARIANT")}
 
 
 def _flag(value: str | None, default: bool) -> bool:
@@ -52,4 +53,5 @@ def settings() -> Settings:
         debug=_flag(env.get(f"{PREFIX}DEBUG"), False),
         selfcheck=_flag(env.get(f"{PREFIX}SELFCHECK"), True),
         opus_build=_flag(env.get(f"{PREFIX}OPUS_BUILD"), True),
+        batch_invariant=_flag(env.get(f"{PREFIX}BATCH_INVARIANT"), False),
     )

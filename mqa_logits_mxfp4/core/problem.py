@@ -52,7 +52,10 @@ def normalize_device(device) -> torch.device:
 
 @dataclass(frozen=True)
 class ProblemKey:
-    """Everything selection may look at: the device's arch and the call's static bounds."""
+    """Everything selection may look at: the device's arch and the call's static bounds.
+
+    `batch_invariant`: only canonical instances may serve (docs/numerics.md, "Canonical and
+    non-canonical instances"); False lets the fastest instance within the tolerance serve."""
 
     device: torch.device
     arch: str
@@ -66,6 +69,7 @@ class ProblemKey:
     max_seqs: int
     max_qlen: int
     max_seq_len: int
+    batch_invariant: bool = False
 
     @property
     def block_table_width(self) -> int:
@@ -73,6 +77,7 @@ class ProblemKey:
 
     def __repr__(self) -> str:
         g = ", gather" if self.gather else ""
+        bi = ", batch-invariant" if self.batch_invariant else ""
         return (f"{self.arch}/{self.cu_num}: H{self.heads} D{self.head_dim} page {self.page_size}"
                 f"x{self.pages_per_block}{g}, rows<={self.max_rows} seqs<={self.max_seqs} "
-                f"qlen<={self.max_qlen} seq_len<={self.max_seq_len}")
+                f"qlen<={self.max_qlen} seq_len<={self.max_seq_len}{bi}")

@@ -101,7 +101,7 @@ def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Ten
             q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
             out, out_offsets, records,
             [k.heads, k.head_dim, k.page_size, k.pages_per_block, int(k.gather), k.max_rows,
-             k.max_seqs, k.max_qlen, k.max_seq_len], cfg.backend, cfg.instance, mode)
+             k.max_seqs, k.max_qlen, k.max_seq_len, int(k.batch_invariant)], cfg.backend, cfg.instance, mode)
     else:
         registry.get(cfg.backend).launch(cfg, mode, q, q_scale, kv_cache, kv_scale, weights,
                                          block_tables, query_start_loc, row_ends, out,
@@ -116,10 +116,10 @@ def _custom_op(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Tensor,
                out_offsets: Optional[torch.Tensor], records: Optional[torch.Tensor],
                bounds: list[int], backend: str, instance: str, schedule_mode: str) -> None:
     """Checked inputs only (the Python wrapper checks); bounds are the config key's ints."""
-    heads, head_dim, page, ppb, gather, max_rows, max_seqs, max_qlen, max_seq_len = bounds
+    heads, head_dim, page, ppb, gather, max_rows, max_seqs, max_qlen, max_seq_len, batch_invariant = bounds
     arch, cu_num = device_facts(out.device)
     key = ProblemKey(out.device, arch, cu_num, heads, head_dim, page, ppb, bool(gather), max_rows,
-                     max_seqs, max_qlen, max_seq_len)
+                     max_seqs, max_qlen, max_seq_len, bool(batch_invariant))
     be = registry.get(backend)
     inst = next(i for i in be.instances() if i.name == instance)
     cfg = make_config(key, be, inst, "prefill" if schedule_mode == "prefill" else "free", "custom op")

@@ -27,6 +27,7 @@ class MqaLogitsConfig:
     prefill_grid: tuple[int, int]  # (row groups, parts) of a Prefill launch
     source: str                   # pinned / tuned / default, with details
     recommend_schedule: bool
+    canonical: bool = True        # the instance keeps the canonical order (docs/numerics.md)
     notes: tuple[str, ...] = field(default=(), compare=False, hash=False)
 
     def __getattr__(self, name):  # heads, max_seq_len, ... read through to the key
@@ -48,11 +49,22 @@ class MqaLogitsConfig:
         int32 [table_grid, RECORD_INTS] on the config's device."""
         return torch.empty((self.table_grid, RECORD_INTS), dtype=torch.int32, device=self.device)
 
+    @property
+    def guarantee(self) -> str:
+        """Which numerics guarantee holds (docs/numerics.md, "Canonical and non-canonical instances")."""
+        if self.key.batch_invariant:
+            return ("batch_invariant: canonical instances only, bitwise identical to each other whatever "
+                    "the backend, tile, mode or bounds (docs/numerics.md)")
+        pick = "canonical" if self.canonical else "not canonical"
+        return (f"within the tolerance (docs/contract.md): the pick may be any instance, canonical or not "
+                f"(this one is {pick}); batch_invariant=True for bitwise batch invariance")
+
     def explain(self) -> str:
         """Which backend, instance and mode, and why (every rejected option with its reasons)."""
         head = [f"mqa_logits_mxfp4 config for {self.key!r}",
                 f"  pick: backend={self.backend} instance={self.instance} mode={self.mode}"
                 f" (table: pass a schedule{'; recommended' if self.recommend_schedule else ''})",
+                f"  guarantee: {self.guarantee}",
                 f"  source: {self.source}",
                 f"  launch: table/free {self.table_grid} programs, prefill {self.prefill_grid[0]}"
                 f" row groups x {self.prefill_grid[1]} parts; block_table_width {self.block_table_width}"]
@@ -68,4 +80,4 @@ def make_config(key: ProblemKey, backend, inst: Instance, mode: str, source: str
     table_grid, prefill_grid = backend.grid_sizes(inst, key)
     return MqaLogitsConfig(key=key, backend=backend.name, instance=inst.name, mode=mode,
                            table_grid=table_grid, prefill_grid=prefill_grid, source=source,
-                           recommend_schedule=recommend_schedule, notes=notes)
+                           recommend_schedule=recommend_schedule, canonical=inst.canonical, notes=notes)

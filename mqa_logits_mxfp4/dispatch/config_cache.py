@@ -21,15 +21,21 @@ def _positive(name: str, value) -> int:
 
 def mqa_logits_mxfp4_config(device, heads: int, head_dim: int = 128, page_size: int = 64, *,
                             max_rows: int, max_seqs: int, max_qlen: int = 1, max_seq_len: int,
-                            pages_per_block: int = 1, gather: bool = False) -> MqaLogitsConfig:
+                            pages_per_block: int = 1, gather: bool = False,
+                            batch_invariant: bool = False) -> MqaLogitsConfig:
     """Build (or fetch from the cache of 1024) the config for these static bounds.
 
     device: a torch.device, 'cuda' / 'cuda:N' / 'cpu' or a GPU index. Reads only Python values
     and the device's properties; picks backend, instance and the schedule-free mode (pinned by
-    env > tuned table > per-arch default). Raises InputError for a bound that is not a positive
-    int or a device that is not there, NoBackendError / PinnedBackendError / UnknownBackendError
-    when nothing (or not the pinned choice) can serve.
+    env > tuned table > per-arch default). batch_invariant (or MQA_LOGITS_MXFP4_BATCH_INVARIANT=1)
+    admits only canonical instances, bitwise identical to each other (docs/numerics.md). Raises
+    InputError for a bound that is not a positive int (batch_invariant: not a bool) or a device
+    that is not there, NoBackendError / PinnedBackendError / UnknownBackendError when nothing (or
+    not the pinned choice) can serve.
     """
+    if batch_invariant not in (True, False):
+        raise InputError(f"batch_invariant must be a bool; got {batch_invariant!r}")
+    settings = env.settings()
     device = normalize_device(device)
     arch, cu_num = device_facts(device)
     key = ProblemKey(device=device, arch=arch, cu_num=cu_num,
@@ -39,8 +45,9 @@ def mqa_logits_mxfp4_config(device, heads: int, head_dim: int = 128, page_size: 
                      gather=bool(gather), max_rows=_positive("max_rows", max_rows),
                      max_seqs=_positive("max_seqs", max_seqs),
                      max_qlen=_positive("max_qlen", max_qlen),
-                     max_seq_len=_positive("max_seq_len", max_seq_len))
-    return _config_for(key, env.settings())
+                     max_seq_len=_positive("max_seq_len", max_seq_len),
+                     batch_invariant=bool(batch_invariant) or settings.batch_invariant)
+    return _config_for(key, settings)
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)

@@ -67,6 +67,22 @@ def _no_instance(backend, key: ProblemKey) -> str:
     return "no instance fits: " + (why or "it has no instances")
 
 
+def _excluded_by_invariance(backends, key: ProblemKey) -> list[str]:
+    """For explain(): the instances that would fit but for batch_invariant (the non-canonical
+    ones), each reason once with the instances it rejects (summarize)."""
+    if not key.batch_invariant:
+        return []
+    why = []
+    for backend in backends:
+        if _unfit(backend, None, key):
+            continue
+        for inst in backend.instances():
+            reasons = backend.instance_supports(inst, key)
+            if reasons and all(r.check == "batch_invariant" for r in reasons):
+                why += reasons
+    return [summarize(why)] if why else []
+
+
 def _pinned(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
     names = registry.names()
     if settings.backend != "auto" and settings.backend not in names:
@@ -98,7 +114,7 @@ def _pinned(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
     pick = _default_pick(backend, key, settings, tried, lambda inst: inst.name)
     if pick is not None:
         return make_config(key, backend, *pick, f"{what}, its default rule for {key.arch}",
-                           notes=tuple(tried))
+                           notes=tuple(_excluded_by_invariance([backend], key) + tried))
     raise PinnedBackendError(f"{what} has no instance for {key!r}: "
                              + "; ".join(tried + [_no_instance(backend, key)]))
 
@@ -133,6 +149,11 @@ def decide(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
 
 def _auto(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
     notes: list[str] = []
+    # Every backend is asked (the arch's preference first), so that explain() and the error
+    # list each one with its reasons.
+    preferred = _PREFERENCE.get(key.arch, _DEFAULT_PREFERENCE)
+    order = preferred + tuple(n for n in registry.names() if n not in preferred)
+    excluded = _excluded_by_invariance([registry.get(n) for n in order], key)
     row = table.lookup(key, settings.configs)
     if row is not None:
         try:
@@ -150,14 +171,10 @@ def _auto(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
             mode = row.mode if row.mode != "table" else schedule_free_mode(key.max_qlen)
             return make_config(key, backend, inst, mode,
                                f"tuned row {row.source} ({row.mode}, {row.us:g} us)",
-                               recommend_schedule=row.mode == "table")
+                               recommend_schedule=row.mode == "table", notes=tuple(excluded))
         notes.append(f"tuned row {row.source} skipped: {_fmt(reasons)}")
         log.info("mqa_logits_mxfp4: %s", notes[-1])
     everyone = []
-    # Every backend is asked (the arch's preference first), so that explain() and the error
-    # list each one with its reasons.
-    preferred = _PREFERENCE.get(key.arch, _DEFAULT_PREFERENCE)
-    order = preferred + tuple(n for n in registry.names() if n not in preferred)
     for pos, name in enumerate(order):
         backend = registry.get(name)
         reasons = _unfit(backend, None, key)
@@ -169,6 +186,6 @@ def _auto(key: ProblemKey, settings: Settings) -> MqaLogitsConfig:
             later = [f"{n}: {_fmt(r)}" for n in order[pos + 1:]
                      if (r := _unfit(registry.get(n), None, key))]
             return make_config(key, backend, *pick, f"default rule for {key.arch}",
-                               notes=tuple(notes + everyone + later))
+                               notes=tuple(excluded + notes + everyone + later))
         everyone.append(f"{name}: {_no_instance(backend, key)}")
     raise NoBackendError(f"no backend can serve {key!r}:\n  " + "\n  ".join(notes + everyone))

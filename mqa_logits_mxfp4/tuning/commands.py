@@ -366,7 +366,8 @@ def add_commands(subparsers) -> None:
         "fastest (also: --verify FILE, tune merge)",
         description="For each shape of a suite, every candidate (backend x instance x mode) is checked "
         "against the float64 reference, timed (cold L2, median), the fastest re-timed interleaved; the best "
-        "becomes the shape's row. Resumable: shapes already in the output are skipped. Suites: " + suites)
+        "becomes the shape's batch_invariant=0 row, the best canonical one its batch_invariant=1 row (one "
+        "measurement, picked twice). Resumable: shapes already in the output are skipped. Suites: " + suites)
     tune.add_argument("--suite", action="append", choices=sorted(SUITES), help="the shape suite")
     tune.add_argument("-o", "--output", help="the table to write (default: the package's "
                       "configs/models/<model>.csv)")

@@ -23,6 +23,7 @@ import torch
 
 from ..core.modes import is_decode
 from ..core.problem import ProblemKey, device_facts, normalize_device
+from ..dispatch.table import KEY
 from ..models import MODELS
 from ..problems import DATA_KINDS, make_problem
 
@@ -294,10 +295,12 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def shape_for_key(key: tuple, layers: int | None = None) -> Shape:
-    """A shape with these table-key bounds: the suite shape with the same bucket where one exists,
-    else one made up from the bounds (rows // qlen sequences, windows up to seq_len, ratio 1)."""
-    _, _, heads, head_dim, page_size, ppb, gather, qlen, rows, seq_len = key
-    geo = dict(heads=heads, head_dim=head_dim, page_size=page_size, pages_per_block=ppb, gather=bool(gather))
+    """A shape with these table-key bounds (dispatch/table.py's KEY; batch_invariant is no bound
+    of a shape): the suite shape with the same bucket where one exists, else one made up from the
+    bounds (rows // qlen sequences, windows up to seq_len, ratio 1)."""
+    cols = dict(zip(KEY, key))
+    qlen, rows, seq_len = cols["qlen"], cols["rows"], cols["seq_len"]
+    geo = {c: cols[c] for c in ("heads", "head_dim", "page_size", "pages_per_block")} | {"gather": bool(cols["gather"])}
     same_geometry = []
     for suite in SUITES.values():
         for s in suite.shapes():

@@ -15,18 +15,19 @@ from ..dispatch.table import COLUMNS
 
 
 def _sort_key(rec: dict) -> tuple:
-    def num(c):
-        return int(rec[c])
-    gather = str(rec["gather"]).strip().lower() in ("1", "true")
-    return (rec["arch"], num("cu_num"), num("heads"), num("head_dim"), num("page_size"),
-            num("pages_per_block"), gather, num("qlen"), num("rows"), num("seq_len"))
+    return table.parse_key(rec, "")
 
 
 def read_records(path) -> list[dict]:
-    """The raw rows of a table (validated with table.read_table first)."""
+    """The raw rows of a table (validated with table.read_table first), in the current schema:
+    a schema 1 row becomes schema 2 with batch_invariant 0."""
     table.read_table(path)
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        records = list(csv.DictReader(f))
+    for rec in records:
+        if int(rec["schema_version"]) == 1:
+            rec.update(schema_version=str(table.SCHEMA_VERSION), batch_invariant="0")
+    return records
 
 
 def write_records(path, records: list[dict]) -> None:
@@ -49,8 +50,10 @@ class TableWriter:
             with open(self.path, newline="") as f:
                 header = next(csv.reader(f), [])
             if tuple(header) != COLUMNS:
+                old = (" (a schema 1 table: `tune merge` into a new file converts it)"
+                       if tuple(header) == table.COLUMNS_OF[1] else "")
                 raise TableError(f"{self.path}: its columns {header} are not this tool's {list(COLUMNS)}; "
-                                 "write to a new file")
+                                 f"write to a new file{old}")
 
     def done(self) -> set[tuple]:
         if not self.path.exists() or not self.path.stat().st_size:
@@ -96,15 +99,23 @@ _ARCH = re.compile(r"^(sm_\d+[a-z]?|gfx[0-9a-f]+)$")
 
 
 def lint_tables(files) -> list[str]:
-    """Problems of committed tables: schema and exact columns, arch tokens, backends / instances /
-    modes that exist (registry) on the row's arch, positive times, and keys shared between files."""
+    """Problems of committed tables: schema and its exact columns (one schema a file), arch tokens,
+    backends / instances / modes that exist (registry) on the row's arch, canonical instances in
+    batch_invariant rows, positive times, and keys shared between files."""
     problems = []
     files = [Path(f) for f in files]
     for f in files:
         with open(f, newline="") as fh:
-            header = next(csv.reader(fh), [])
-        if tuple(header) != COLUMNS:
-            problems.append(f"{f}: columns {header} differ from the schema's {list(COLUMNS)}")
+            reader = csv.DictReader(fh)
+            versions = sorted({rec.get("schema_version", "") for rec in reader})
+            header = tuple(reader.fieldnames or ())
+        if len(versions) > 1:
+            problems.append(f"{f}: rows of schema versions {versions}: one version a file")
+        elif versions and versions[0].isdigit() and int(versions[0]) in table.COLUMNS_OF:
+            want = table.COLUMNS_OF[int(versions[0])]
+            if header != want:
+                problems.append(f"{f}: columns {list(header)} differ from the schema's {list(want)} "
+                                f"(schema_version {versions[0]})")
         try:
             rows = table.read_table(f)
         except TableError as e:
@@ -126,6 +137,9 @@ def lint_tables(files) -> list[str]:
             elif row.key[0] not in inst.arches:
                 problems.append(f"{row.source}: instance {row.instance} runs on {', '.join(inst.arches)}; "
                                 f"the row is for {row.key[0]}")
+            elif row.key[table.KEY.index("batch_invariant")] and not inst.canonical:
+                problems.append(f"{row.source}: a batch_invariant row names {row.instance}, which is not "
+                                "canonical (docs/numerics.md)")
     try:
         table.merge(files)
     except TableError as e:

@@ -1,6 +1,8 @@
 """The tuner (docs/tuning.md): for each shape, every candidate (backend x instance x mode) is
 checked against the reference, then timed; the fastest few are re-timed interleaved and the
 best median becomes the shape's row in a model CSV (dispatch/table.py's schema and bucket).
+Each shape gets a row for each setting of batch_invariant, picked from the same measurements:
+the fastest candidate, and the fastest canonical one.
 
 The device and the timer are parameters: a `Timer` is any `timer(fn, label, iters, warmup) ->
 list of microseconds`; the default times `fn` on the device (tuning/timing.py). Tests inject a
@@ -14,7 +16,7 @@ import datetime
 import logging
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -37,6 +39,7 @@ log = logging.getLogger("mqa_logits_mxfp4.tuning")
 
 Timer = Callable[[Callable[[], object], str, int, int], list]
 REF_BUDGET_MACS = 1 << 34  # float64 reference work per shape; past it, bands of rows are checked
+SETTINGS = (False, True)  # batch_invariant: a table row for each
 
 
 def device_timer(device) -> Timer:
@@ -55,6 +58,10 @@ class Candidate:
     @property
     def label(self) -> str:
         return f"{self.backend.name}/{self.instance.name}/{self.mode}"
+
+    def admitted(self, batch_invariant: bool) -> bool:
+        """Whether a config of this batch_invariant setting may pick it (canonical instances only)."""
+        return self.instance.canonical or not batch_invariant
 
 
 def candidates(key, backends=None, instances=None, modes=None) -> tuple[list[Candidate], list[str]]:
@@ -197,10 +204,16 @@ class ShapeResult:
     ref_us: float | None = None  # the torch path
     banded: bool = False  # the reference covered bands of rows only
 
+    def best_for(self, batch_invariant: bool) -> Timed | None:
+        """The pick of one setting: the fastest re-timed candidate it admits (canonical ones only
+        under batch_invariant), else the fastest timed one."""
+        pool = ([t for t in self.final if t.candidate.admitted(batch_invariant)]
+                or [t for t in self.timed if not t.pruned and t.candidate.admitted(batch_invariant)])
+        return min(pool, key=lambda t: t.us) if pool else None
+
     @property
     def best(self) -> Timed | None:
-        pool = self.final or [t for t in self.timed if not t.pruned]
-        return min(pool, key=lambda t: t.us) if pool else None
+        return self.best_for(False)
 
 
 def _median(xs) -> float:
@@ -309,7 +322,8 @@ class Tuner:
         out = torch.empty((problem.rows, shape.max_seq_len), dtype=torch.float32, device=self.device)
         check = ReferenceCheck(problem, shape.max_seq_len, self.ref_budget_macs) if cands else None
         result.banded = bool(check and check.banded)
-        runners, first_out, best, expected = {}, None, math.inf, []
+        runners, first_out, expected = {}, None, []
+        best = dict.fromkeys(SETTINGS, math.inf)  # per setting: the fastest so far of what it admits
         for cand in cands:
             try:
                 launch, build = candidate_runner(cand, key, problem, out)
@@ -336,15 +350,23 @@ class Tuner:
                 else:
                     expected.append(cand.label)
             runners[cand.label] = (launch, build)
-            timed = self._time(cand, launch, build, shape.layers, best)
-            best = min(best, timed.us) if not timed.pruned else best
+            # pruned only when slower than `prune` x the best of every setting that admits it, so
+            # a canonical candidate is kept against a faster non-canonical one
+            admitting = [bi for bi in SETTINGS if cand.admitted(bi)]
+            timed = self._time(cand, launch, build, shape.layers, max(best[bi] for bi in admitting))
+            if not timed.pruned:
+                for bi in admitting:
+                    best[bi] = min(best[bi], timed.us)
             result.timed.append(timed)
             self._event(shape, candidate=cand.label, status="pruned" if timed.pruned else "timed", us=timed.us,
                         launch_us=timed.launch_us, schedule_us=timed.schedule_us, samples=timed.samples)
         if expected:
             self._note_non_canonical(shape, expected, first_out[0])
         del first_out
-        fastest = sorted((t for t in result.timed if not t.pruned), key=lambda t: t.us)[:self.top]
+        fastest = []  # the fastest `top` of each setting
+        for bi in SETTINGS:
+            pool = sorted((t for t in result.timed if not t.pruned and t.candidate.admitted(bi)), key=lambda t: t.us)
+            fastest += [t for t in pool[:self.top] if t not in fastest]
         result.final = self._retime(fastest, runners, shape.layers)
         for t in result.final:
             self._event(shape, candidate=t.candidate.label, status="retimed", us=t.us, launch_us=t.launch_us,
@@ -369,16 +391,22 @@ def provenance(device) -> dict:
                 torch_version=torch.__version__, triton_version=triton.__version__, device_name=name)
 
 
-def table_row(result: ShapeResult, prov: dict) -> dict:
-    """The CSV row of a tuned shape: key = table.bucket(key), exactly what lookup matches."""
-    best = result.best
-    key = table.bucket(result.key)
-    row = dict(zip(KEY, key))
-    row["gather"] = int(row["gather"])
+def setting_key(key, batch_invariant: bool) -> tuple:
+    """The table key of a problem under one batch_invariant setting (table.bucket)."""
+    return table.bucket(replace(key, batch_invariant=batch_invariant))
+
+
+def table_row(result: ShapeResult, prov: dict, batch_invariant: bool = False) -> dict | None:
+    """The CSV row of a tuned shape for one batch_invariant setting (None: no candidate it admits
+    passed): key = table.bucket(key), exactly what lookup matches."""
+    best = result.best_for(batch_invariant)
+    if best is None:
+        return None
+    row = table.key_record(setting_key(result.key, batch_invariant))
     row.update(schema_version=SCHEMA_VERSION, backend=best.candidate.backend.name,
                instance=best.candidate.instance.name, mode=best.candidate.mode, us=f"{best.us:.3f}", **prov,
                ref_us="" if result.ref_us is None else f"{result.ref_us:.3f}",
-               candidates=len(result.timed))
+               candidates=sum(t.candidate.admitted(batch_invariant) for t in result.timed))
     return {c: row[c] for c in COLUMNS}
 
 
@@ -410,7 +438,8 @@ def measure_each(tuner: Tuner, shapes: list[Shape], progress=None, on_problem=No
 
 
 def tune(shapes: list[Shape], output, tuner: Tuner, *, skip_files=(), progress=None) -> TuneSummary:
-    """Tune every shape whose key is in neither `output` nor `skip_files`; append rows to `output`.
+    """Tune every shape with a key (of either batch_invariant setting) in neither `output` nor
+    `skip_files`; append the missing rows to `output`, both settings from one measurement.
 
     progress: a callable(iterable of shapes, total) -> iterable, with `.report(shape, result)`
     optional (the CLI's bar); results are also logged.
@@ -423,7 +452,7 @@ def tune(shapes: list[Shape], output, tuner: Tuner, *, skip_files=(), progress=N
     summary = TuneSummary()
     todo = []
     for s in shapes:
-        if table.bucket(s.key(tuner.device)) in done:
+        if all(setting_key(s.key(tuner.device), bi) in done for bi in SETTINGS):
             summary.already.append(s.name)
         else:
             todo.append(s)
@@ -433,12 +462,18 @@ def tune(shapes: list[Shape], output, tuner: Tuner, *, skip_files=(), progress=N
             summary.failed.append(shape.name)
             log.error("%s: not tuned: %s: %s", shape.name, type(error).__name__, error)
             continue
-        if result.best is None:
+        rows = {bi: table_row(result, prov, bi) for bi in SETTINGS if setting_key(result.key, bi) not in done}
+        for row in filter(None, rows.values()):
+            writer.append(row)
+        lacking = [bi for bi, row in rows.items() if row is None]
+        if len(lacking) == len(rows):
             summary.failed.append(shape.name)
             log.error("%s: no candidate passed the check (%d rejected, %d skipped)", shape.name,
                       len(result.rejected), len(result.skipped))
             continue
-        writer.append(table_row(result, prov))
+        if lacking:  # only batch_invariant=1 can lack a row while the other has one
+            summary.failed.append(f"{shape.name} (batch_invariant=1)")
+            log.error("%s: no canonical candidate passed the check: no batch_invariant=1 row", shape.name)
         summary.tuned.append(shape.name)
     writer.sort()
     return summary
@@ -492,8 +527,8 @@ def verify(path, tuner: Tuner, tolerance: float = 0.10, on_row=None) -> tuple[li
         v = VerifyRow(row.source, row.key, f"{row.backend}/{row.instance}/{row.mode}", row.us)
         cand, why = _resolve(row, tuner.backends)
         shape = shape_for_key(row.key)
-        if cand is not None:
-            key = shape.key(tuner.device)
+        if cand is not None:  # the row's setting: a batch_invariant row must name a canonical instance
+            key = replace(shape.key(tuner.device), batch_invariant=row.key[KEY.index("batch_invariant")])
             reasons = cand.backend.supports(key) or cand.backend.instance_supports(cand.instance, key)
             why = "; ".join(str(r) for r in reasons) if reasons else None
         if why:

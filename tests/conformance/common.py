@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -70,14 +71,17 @@ def build(geometry: str, device: str, seed: int = 0, grow: int | None = None,
                         generator=gen, device=device)
 
 
-def config(prob, pair, mode: str, extra_len: int = 13):
-    """A config pinned to one instance; skips with the instance's reasons when it cannot serve."""
+def config(prob, pair, mode: str, extra_len: int = 13, **bounds):
+    """A config pinned to one instance, its bounds from the problem (`bounds` overrides key
+    fields, e.g. max_rows or batch_invariant); skips with the instance's reasons when it cannot
+    serve."""
     backend, inst = instance_of(pair)
     device = prob.q.device
     arch, cu = device_facts(device)
     key = ProblemKey(device, arch, cu, prob.heads, prob.head_dim, prob.page_size,
                      prob.pages_per_block, prob.gather, prob.rows, prob.num_seqs,
                      max(prob.max_qlen, 1), prob.max_seq_len + extra_len)
+    key = dataclasses.replace(key, **bounds)
     reasons = backend.supports(key) + backend.instance_supports(inst, key)
     if reasons:
         pytest.skip("; ".join(map(str, reasons)))

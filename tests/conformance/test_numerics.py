@@ -104,6 +104,47 @@ def test_instances_bitwise_identical(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("geometry", ["v4_decode", "v41_full", "v41_candidate", "h128"])  # h16_prefill: 40 s on the CPU
+def test_batch_invariant_instances_bitwise_identical(geometry, device):
+    """batch_invariant=True admits only the canonical instances (docs/numerics.md, "Canonical and
+    non-canonical instances"): each one that may serve, of every available backend, gives the
+    same bits in each mode (an instance in two, in turn) and under wider bounds, and so does the
+    dispatcher's own pick."""
+    need_device(device)
+    prob = build(geometry, device, seed=23)
+    # two table entries more keys (the block table has 3 spare), more rows and sequences
+    wider = dict(extra_len=2 * prob.page_size * prob.pages_per_block, max_rows=prob.rows + 5,
+                 max_seqs=prob.num_seqs + 3)
+    width = prob.max_seq_len + 13  # compared up to the narrowest config's max_seq_len (every window is within)
+    outs, excluded = {}, []
+    for n, param in enumerate(CANDIDATES):
+        pair = param.values[0]
+        try:
+            config(prob, pair, "free", batch_invariant=True)
+        except pytest.skip.Exception as e:  # the instance's reasons: supports() decides, not this test
+            excluded += [pair] if "batch_invariant" in str(e) else []
+            continue
+        # two modes an instance, each mode in turn (test_modes_bitwise_identical_and_deterministic
+        # holds an instance's modes to each other)
+        mode = MODES[n % len(MODES)]
+        outs[f"{pair[1]}/{mode}"] = run(prob, config(prob, pair, mode, batch_invariant=True), mode)
+        mode = MODES[(n + 1) % len(MODES)]
+        outs[f"{pair[1]}/{mode}/wider"] = run(prob, config(prob, pair, mode, batch_invariant=True, **wider), mode)
+    assert set(excluded) == {p.values[0] for p in CANDIDATES if not instance_of(p.values[0])[1].canonical}
+    cfg = mx.mqa_logits_mxfp4_config(device, prob.heads, prob.head_dim, prob.page_size, max_rows=prob.rows,
+                                     max_seqs=prob.num_seqs, max_qlen=max(prob.max_qlen, 1),
+                                     max_seq_len=width, pages_per_block=prob.pages_per_block,
+                                     gather=prob.gather, batch_invariant=True)
+    assert cfg.canonical and cfg.batch_invariant
+    picked = outs[f"dispatcher {cfg.instance}/{cfg.mode}"] = run(prob, cfg, cfg.mode)
+    assert len({name.split("/")[0] for name in outs}) >= 3, f"need two instances to compare; got {list(outs)}"
+    first_name, first = next(iter(outs.items()))
+    for name, out in outs.items():
+        assert torch.equal(out[:, :width], first[:, :width]), f"{name} differs from {first_name}"
+    assert compare_to_reference(picked, reference(prob, cfg)) == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("pair", CANDIDATES)
 @pytest.mark.parametrize("geometry", ["v4_decode", "v41_candidate"])
