@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: install, run the gpu-marked suite, then the benchmark.
-# Usage: bash scripts/device_check.sh [tests|host|bench|all]   (logs, CSV and PNG go to $OUT or ./device-out)
+# Usage: bash scripts/device_check.sh [tests|memcheck|host|bench|all]   (logs, CSV and PNG go to $OUT or ./device-out)
 # BENCH_ARGS replaces the bench's default selection (--suite deepseek_v4 --quick), e.g.
 #   BENCH_ARGS="--suite deepseek_v4 --suite deepseek_v4_1 --quick --best"
 set -uo pipefail
@@ -19,6 +19,21 @@ echo "opus build: rc=$? ($(tail -4 "$out/opus_build.log" | tr '\n' ' '))"
 if [[ $what == tests || $what == all ]]; then
   python3 -m pytest -m gpu -q -n "${WORKERS:-8}" -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$out/pytest_gpu.log" | tail -40
   rc=$((rc | ${PIPESTATUS[0]}))
+fi
+if [[ $what == memcheck || $what == all ]]; then
+  # docs/contract.md "Memory safety": every bad-index case of tests/conformance/test_memory_safety.py,
+  # one backend at a time, under compute-sanitizer memcheck. Without the caching allocator every
+  # tensor is its own allocation, so an access past a tensor is one memcheck sees.
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for be in triton opus flydsl; do
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$sanitizer" --tool memcheck --error-exitcode 99 \
+      --log-file "$out/memcheck-$be.log" python3 -m pytest -m gpu -q -p no:cacheprovider \
+      tests/conformance/test_memory_safety.py -k "cuda-$be" ${PYTEST_ARGS:-} >"$out/pytest_memcheck-$be.log" 2>&1
+    r=$?
+    [[ $r == 5 ]] && { echo "memcheck $be: no case runs here"; continue; }   # pytest: all deselected
+    echo "memcheck $be: rc=$r, $(tail -1 "$out/pytest_memcheck-$be.log"); $(grep -h 'ERROR SUMMARY' "$out/memcheck-$be.log" | tail -1)"
+    rc=$((rc | r))
+  done
 fi
 if [[ $what == host || $what == all ]]; then
   # the op's host cost over the raw launch, and the schedule build's device time (issue 6, target 5)

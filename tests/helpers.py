@@ -23,3 +23,20 @@ def write_csv(path, rows, columns=COLUMNS):
         w.writeheader()
         w.writerows(rows)
     return path
+
+
+# Row tensors that break the caller contract (docs/contract.md), with the key cap the kernels
+# clamp row_ends to: (query_start_loc, row_ends, cap). The work split must stay inside the rows
+# and below the cap for each (worksplit/rules.py's guards).
+BROKEN_ROW_TENSORS = [
+    ([0, 2, 9], [5, 6, 7, 8], 100),                        # query_start_loc[-1] past the rows
+    ([0, 2, 2**31 - 1], [5, 6, 7], 100),                   # ... far past
+    ([0, -3, 4], [1, 2, 3, 4], 100),                       # a negative start
+    ([0, 3, 1, 4], [10, 20, 30, 40], 100),                 # decreasing
+    ([2, 3, 4], [1, 64, 65, 66], 100),                     # not starting at 0
+    ([0, 2, 4], [10, 500, 20, 3000], 100),                 # row_ends past the cap
+    ([0, 1, 3], [2**31 - 1, 5, 2**31 - 1], 300),           # ... at the int32 limit
+    ([0, 2, 4], [-5, -1, 3, -100], 100),                   # negative row_ends
+    ([0, 100, 200], [1, 2, 3], 64),                        # every sequence past the rows
+    ([0, 3, 3, 5], [70, 65, 64, 200, 1], 128),             # decreasing along a sequence
+]

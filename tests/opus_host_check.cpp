@@ -165,7 +165,7 @@ static int cmd_fastdiv() {
   return 0;
 }
 
-// stdin: one case a line: "R nprog parts num_seqs num_rows qsl[0..num_seqs] row_ends[0..num_rows-1]"
+// stdin: one case a line: "R nprog parts num_seqs num_rows qsl[0..num_seqs] row_ends[0..num_rows-1] [key_cap]"
 // stdout: one JSON object a case: Free/Table ranges and pieces per program, Prefill pieces per
 // (group, part).
 static void print_piece(const Piece& p, bool& first) {
@@ -183,7 +183,9 @@ static int cmd_worksplit() {
     std::vector<int32_t> qsl(num_seqs + 1), ends(num_rows > 0 ? num_rows : 1, 0);
     for (auto& v : qsl) in >> v;
     for (int i = 0; i < num_rows; ++i) in >> ends[i];
-    const SeqView sv{qsl.data(), ends.data(), num_seqs, num_rows};
+    int cap;
+    if (!(in >> cap)) cap = 0x7FFFFFFF;  // optional: unclamped when the line ends here
+    const SeqView sv{qsl.data(), ends.data(), num_seqs, num_rows, cap};
     std::printf("{\"ranges\": [");
     for (int p = 0; p < nprog; ++p) {
       const CtaRange cr = cta_range_serial(sv, R, p, nprog);
@@ -267,6 +269,10 @@ static int cmd_checks() {
     cases.emplace_back(name, c);
   };
   add("valid", [](CallDesc&) {});
+  add("valid_wide", [](CallDesc& c) {  // out and table wider than max_seq_len: keys still stop there
+    c.out = desc(c.out.ptr, kF32, {3, 2000});
+    c.block_tables = desc(c.block_tables.ptr, kI32, {2, 40});
+  });
   add("heads", [](CallDesc& c) { c.heads = 24; });
   add("page_size", [](CallDesc& c) { c.page_size = 12; });
   add("q_dtype", [](CallDesc& c) { c.q.dtype = kI32; });
@@ -308,10 +314,10 @@ static int cmd_checks() {
     LaunchArgs a{};
     const std::string err = check_call(c, inst, &a);
     std::printf("%s\t%s\n", name.c_str(), err.c_str());
-    if (name == "valid") {  // what a valid call hands the kernel
-      std::printf("valid_args\tkey_cap=%d out_cols=%d bt_cols=%d num_rows=%d num_seqs=%d page_shift=%d "
+    if (name.rfind("valid", 0) == 0) {  // what a valid call hands the kernel
+      std::printf("%s_args\tkey_cap=%d out_cols=%d bt_cols=%d num_rows=%d num_seqs=%d page_shift=%d "
                   "stride_out=%lld weights_bf16=%d\n",
-                  a.key_cap, a.out_cols, a.bt_cols, a.num_rows, a.num_seqs, a.page_shift,
+                  name.c_str(), a.key_cap, a.out_cols, a.bt_cols, a.num_rows, a.num_seqs, a.page_shift,
                   (long long)a.stride_out, a.weights_bf16);
     }
   }

@@ -33,6 +33,9 @@ from mqa_logits_mxfp4.backends.flydsl.toolchain import PINNED_VERSION, find_lld,
 from mqa_logits_mxfp4.dispatch import registry
 from mqa_logits_mxfp4.core.problem import ProblemKey
 
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import BROKEN_ROW_TENSORS  # noqa: E402
+
 CHECK = Path(__file__).with_name("flydsl_compile_check.py")
 HAVE_FLYDSL = importlib.util.find_spec("flydsl") is not None
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
@@ -142,17 +145,21 @@ def test_default_rule():
 def test_launch_arguments_match_the_kernel_signature():
     """The host side's argument list against the launcher's parameters (order, count, 16-byte rule)."""
     cfg = SimpleNamespace(instance="fly_h64_r2w4", heads=64, page_size=64, pages_per_block=1, gather=False,
-                          max_seqs=5, table_grid=7, prefill_grid=(3, 2))
+                          max_seqs=5, max_seq_len=90, table_grid=7, prefill_grid=(3, 2))
     q = torch.zeros(4, 64, 64, dtype=torch.uint8)
     t = dict(q=q, q_scale=torch.zeros(4, 64, 4, dtype=torch.uint8), kv_cache=torch.zeros(3, 64, 64, dtype=torch.uint8),
              kv_scale=torch.zeros(3, 64, 4, dtype=torch.uint8), weights=torch.zeros(4, 64, dtype=torch.bfloat16),
              block_tables=torch.zeros(2, 9, dtype=torch.int32), query_start_loc=torch.tensor([0, 2, 4], dtype=torch.int32),
              row_ends=torch.ones(4, dtype=torch.int32), out=torch.zeros(4, 100), out_offsets=None, records=None)
     args = BACKEND.launch_args(cfg, "prefill", **t)
-    assert args[11:] == [2, 8, 64, 9, 100, 3, 2]      # num_seqs, lanes, strides (w, bt, out), grid
+    # num_seqs, lanes, rows, key cap (max_seq_len), pages, flat out size, strides (w, bt, out), grid
+    assert args[11:] == [2, 8, 4, 90, 3, 0, 64, 9, 100, 3, 2]
     assert BACKEND.launch_args(cfg, "free", **t)[-2:] == [7, 1]
+    flat = BACKEND.launch_args(cfg, "free", **{**t, "out": torch.zeros(500), "out_offsets": torch.zeros(4, dtype=torch.int64)})
+    assert (flat[14], flat[16], flat[19]) == (90, 500, 0)   # a flat out: its size, no row stride
     names = ["q", "qs", "kv", "ks", "w", "bt", "qsl", "re", "out", "oo", "sched", "num_seqs", "lanes",
-             "stride_w", "stride_bt", "stride_out", "grid_x", "grid_y"]
+             "num_rows", "seq_cap", "num_pages", "out_numel", "stride_w", "stride_bt", "stride_out",
+             "grid_x", "grid_y"]
     assert len(args) == len(names)
     if HAVE_FLYDSL:
         import inspect
@@ -197,9 +204,34 @@ def test_cta_range_matches_the_triton_schedule_records(rows, block_n):
             records = torch.full((nprog, 8), -1, dtype=torch.int32)
             build_schedule_kernel[(nprog,)](torch.tensor(qsl, dtype=torch.int32),
                                             torch.tensor(ends or [0], dtype=torch.int32), records, len(qsl) - 1,
-                                            R=rows, BLOCK_N=block_n, SEQ_P2=lanes)
+                                            len(ends), 2**31 - 1, R=rows, BLOCK_N=block_n, SEQ_P2=lanes)
             want = worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes)
             assert [r[:4] for r in records.tolist()] == [r[:4] for r in want], (qsl, ends, nprog)
+
+
+@pytest.mark.skipif(not INTERPRETING, reason="the Triton schedule kernel runs on the CPU under TRITON_INTERPRET=1")
+@pytest.mark.parametrize("rows, block_n", [(1, 64), (2, 64), (4, 32)])
+def test_broken_row_tensors_keep_the_split_inside_rows_and_cap(rows, block_n):
+    """Row tensors that break the contract: the records kernel reads them through the same guards
+    as worksplit/rules.py, and no piece of any mode names a row past the rows or a key past the cap."""
+    from mqa_logits_mxfp4.worksplit.kernel import build_schedule_kernel
+    for qsl, ends, cap in BROKEN_ROW_TENSORS:
+        lanes = lanes_for(qsl)
+        for nprog in (1, 3, 8):
+            records = torch.full((nprog, 8), -1, dtype=torch.int32)
+            build_schedule_kernel[(nprog,)](torch.tensor(qsl, dtype=torch.int32), torch.tensor(ends, dtype=torch.int32),
+                                            records, len(qsl) - 1, len(ends), cap, R=rows, BLOCK_N=block_n, SEQ_P2=lanes)
+            want = worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes, cap)
+            assert [r[:4] for r in records.tolist()] == [r[:4] for r in want], (qsl, ends, nprog)
+            pieces = [p for rec in want for p in worksplit.free_work(qsl, ends, *rec[:4], rows, block_n, cap)]
+            groups = max(1, -(-len(ends) // rows))
+            pieces += [p for g in range(groups) for part in range(3)
+                       for p in worksplit.prefill_work(qsl, ends, g, part, rows, block_n, 3, cap)]
+            for piece in pieces:
+                _, r0, r1, t0, _ = piece
+                assert 0 <= r0 and r1 <= len(ends) and t0 >= 0, (qsl, ends, piece)
+                tiles = worksplit.piece_tiles(ends, piece, block_n, cap)
+                assert not tiles or (tiles.start >= 0 and tiles.stop * block_n < cap + block_n), (qsl, ends, piece)
 
 
 def covered(qsl, ends, pieces, block_n):

@@ -34,6 +34,7 @@ from mqa_logits_mxfp4.worksplit import rules as worksplit
 
 sys.path.insert(0, str(Path(__file__).parent))
 import opus_compile_check as cc  # noqa: E402
+from helpers import BROKEN_ROW_TENSORS  # noqa: E402
 
 HOST_CHECK = Path(__file__).with_name("opus_host_check.cpp")
 CXX = shutil.which("g++") or shutil.which("c++")
@@ -266,29 +267,32 @@ def ragged_cases(seed=7, count=10):
 @pytest.mark.parametrize("rows", [1, 2, 4, 8])
 def test_work_split_matches_the_python_statement(rows):
     """csrc/worksplit.h (what every opus kernel iterates) against worksplit/rules.py (whose
-    cta_range tests/test_flydsl.py checks against the shared Triton schedule records)."""
+    cta_range tests/test_flydsl.py checks against the shared Triton schedule records), on valid
+    row tensors (no cap) and on ones that break the contract (with the kernels' key cap)."""
     jobs = []
-    for qsl, ends in ragged_cases(seed=rows):
+    cases = [(qsl, ends, worksplit.NO_CAP) for qsl, ends in ragged_cases(seed=rows)] + BROKEN_ROW_TENSORS
+    for qsl, ends, cap in cases:
         for nprog, parts in ((1, 1), (3, 2), (8, 3), (29, 5)):
-            jobs.append((qsl, ends, nprog, parts))
+            jobs.append((qsl, ends, cap, nprog, parts))
     stdin = "".join(f"{rows} {nprog} {parts} {len(qsl) - 1} {len(ends)} {' '.join(map(str, qsl))} "
-                    f"{' '.join(map(str, ends))}\n" for qsl, ends, nprog, parts in jobs)
+                    f"{' '.join(map(str, ends))} {cap}\n" for qsl, ends, cap, nprog, parts in jobs)
     out = [json.loads(line) for line in run_host("worksplit", stdin=stdin).splitlines()]
     assert len(out) == len(jobs)
-    for (qsl, ends, nprog, parts), got in zip(jobs, out):
+    for (qsl, ends, cap, nprog, parts), got in zip(jobs, out):
         lanes = len(qsl) - 1   # no padding lanes: those only count into b when there is no work
-        want_ranges = [list(worksplit.cta_range(qsl, ends, p, nprog, rows, 64, lanes)) for p in range(nprog)]
+        want_ranges = [list(worksplit.cta_range(qsl, ends, p, nprog, rows, 64, lanes, cap)) for p in range(nprog)]
         assert got["ranges"] == want_ranges, (qsl, ends, nprog)
-        want_free = [[list(pc) for pc in worksplit.free_work(qsl, ends, *r, rows, 64)] for r in want_ranges]
+        want_free = [[list(pc) for pc in worksplit.free_work(qsl, ends, *r, rows, 64, cap)] for r in want_ranges]
         assert got["free"] == want_free, (qsl, ends, nprog)
         groups = max(1, -(-len(ends) // rows))
-        want_prefill = [[list(pc) for pc in worksplit.prefill_work(qsl, ends, g, part, rows, 64, parts)]
+        want_prefill = [[list(pc) for pc in worksplit.prefill_work(qsl, ends, g, part, rows, 64, parts, cap)]
                         for g in range(groups) for part in range(parts)]
         assert got["prefill"] == want_prefill, (qsl, ends, parts)
 
 
 CHECK_MESSAGES = {
     "valid": "",
+    "valid_wide": "",
     "heads": "sm90_f16_r1w4 has no kernel for heads 24",
     "page_size": "page_size must be one of 8, 16, 32, 64, 128; got 12",
     "q_dtype": "q must be uint8; got int32",
@@ -331,10 +335,12 @@ def test_launcher_rejects_every_mismatch_before_a_launch():
     got = dict(line.split("\t", 1) for line in run_host("checks").splitlines())
     for name, want in CHECK_MESSAGES.items():
         assert (got[name] == "") if want == "" else (want in got[name]), (name, got[name])
-    assert set(got) == set(CHECK_MESSAGES) | {"valid_args"}
-    # what a valid call hands the kernels: keys capped by the out width and the table span
+    assert set(got) == set(CHECK_MESSAGES) | {"valid_args", "valid_wide_args"}
+    # what a valid call hands the kernels: keys capped by max_seq_len, the out width and the table span
     assert got["valid_args"] == ("key_cap=1000 out_cols=1000 bt_cols=16 num_rows=3 num_seqs=2 page_shift=6 "
                                  "stride_out=1000 weights_bf16=1")
+    assert got["valid_wide_args"] == ("key_cap=1000 out_cols=2000 bt_cols=40 num_rows=3 num_seqs=2 page_shift=6 "
+                                      "stride_out=2000 weights_bf16=1")
 
 
 # ---------------------------------------------------------------------------------------------

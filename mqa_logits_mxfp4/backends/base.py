@@ -70,7 +70,7 @@ class BackendBase:
     def build_schedule(self, cfg, query_start_loc, row_ends, records) -> None:
         inst = self._instance(cfg.instance)
         build_records(query_start_loc, row_ends, records, programs=cfg.table_grid, rows=inst.rows,
-                      block_n=inst.block_n, max_seqs=cfg.max_seqs)
+                      block_n=inst.block_n, max_seqs=cfg.max_seqs, max_seq_len=cfg.max_seq_len)
 
     def _instance(self, name: str) -> Instance:
         return next(i for i in self.instances() if i.name == name)

@@ -13,7 +13,7 @@ from . import registry
 from .checks import as_bytes, check_contract, check_inputs, reject_permuted_layout
 from .config import MqaLogitsConfig, make_config
 from .config_cache import mqa_logits_mxfp4_config
-from .schedule import MqaLogitsSchedule
+from .schedule import MqaLogitsSchedule, schedule_of
 
 
 def config_from_tensors(q, kv_cache, block_tables, query_start_loc, out) -> MqaLogitsConfig:
@@ -37,9 +37,9 @@ _ACCEPTED: dict[tuple, MqaLogitsConfig] = {}
 _ACCEPTED_MAX = 4096
 
 
-def _signature(cfg: MqaLogitsConfig, tensors) -> tuple | None:
+def _signature(token, tensors) -> tuple | None:
     try:
-        return (id(cfg), *[None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in tensors])
+        return (token, *[None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in tensors])
     except AttributeError:  # not a tensor: the full checks name it
         return None
 
@@ -63,11 +63,13 @@ def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Ten
                             "cfg.schedule_buffers() goes to mqa_logits_mxfp4_schedule(..., buffers=...))")
     compiling = torch.compiler.is_compiling()
     tensors = (q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends, out, out_offsets)
-    sig = None if compiling or cfg is None or out is None else _signature(cfg, tensors)
+    sig = None if compiling or cfg is None or out is None else _signature(id(cfg), tensors)
     if sig is not None and sig in _ACCEPTED:  # these exact shapes, strides, dtypes and devices passed before
         if not q.dtype == q_scale.dtype == kv_cache.dtype == kv_scale.dtype == torch.uint8:
             q, q_scale, kv_cache, kv_scale = (as_bytes("", t) for t in (q, q_scale, kv_cache, kv_scale))
         alloc = False
+    elif compiling:  # the trace only records the call: the op's real implementation checks it
+        cfg, out, alloc = _trace_setup(q, kv_cache, block_tables, query_start_loc, cfg, out, out_offsets)
     else:
         q, q_scale = as_bytes("q", q), as_bytes("q_scale", q_scale)
         kv_cache, kv_scale = as_bytes("kv_cache", kv_cache), as_bytes("kv_scale", kv_scale)
@@ -86,11 +88,12 @@ def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Ten
             if len(_ACCEPTED) >= _ACCEPTED_MAX:
                 _ACCEPTED.clear()
             _ACCEPTED[sig] = cfg  # holds the config, so its id() is not reused while the entry lives
-    if not compiling:  # traced tensors have no storage to compare, and the debug checks sync
+    if not compiling:  # under torch.compile the op's real implementation makes these checks
         if schedule is not None:
             schedule.check(cfg, query_start_loc, row_ends)
         if env.settings().debug:
-            check_contract(cfg, block_tables, query_start_loc, row_ends, out, out_offsets)
+            check_contract(cfg, kv_cache.shape[0], block_tables, query_start_loc, row_ends, out, out_offsets,
+                           schedule.records if schedule is not None else None)
     if alloc:
         out.fill_(float("-inf"))
     records = schedule.records if schedule is not None else None
@@ -109,13 +112,52 @@ def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Ten
     return out
 
 
+def _trace_setup(q, kv_cache, block_tables, query_start_loc, cfg, out, out_offsets):
+    """Under torch.compile: only what the trace needs (shapes only): the config, and the out the
+    op allocates. Returns (cfg, out, alloc)."""
+    if cfg is None:
+        cfg = config_from_tensors(q, kv_cache, block_tables, query_start_loc, out)
+    if out_offsets is not None and out is None:
+        raise InputError("out_offsets needs a caller-provided flat float32 out; got out=None")
+    alloc = out is None
+    if alloc:
+        out = torch.empty((q.shape[0] if q.dim() == 3 else 0, cfg.max_seq_len), dtype=torch.float32,
+                          device=cfg.device)
+    return cfg, out, alloc
+
+
+def _op_checks(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
+               out, out_offsets, records):
+    """Every check of the eager path, on the real tensors the custom op receives (a signature
+    that passed before skips check_inputs, as there). Returns the uint8 views of the byte tensors."""
+    tensors = (q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends, out, out_offsets)
+    sig = _signature((cfg.key, cfg.backend, cfg.instance), tensors)
+    q, q_scale = as_bytes("q", q), as_bytes("q_scale", q_scale)
+    kv_cache, kv_scale = as_bytes("kv_cache", kv_cache), as_bytes("kv_scale", kv_scale)
+    if sig is None or sig not in _ACCEPTED:
+        reject_permuted_layout(kv_cache)
+        check_inputs(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
+                     row_ends, out, out_offsets)
+        if sig is not None:
+            if len(_ACCEPTED) >= _ACCEPTED_MAX:
+                _ACCEPTED.clear()
+            _ACCEPTED[sig] = cfg
+    if records is not None:
+        schedule_of(records).check(cfg, query_start_loc, row_ends)
+    if env.settings().debug:
+        check_contract(cfg, kv_cache.shape[0], block_tables, query_start_loc, row_ends, out, out_offsets, records)
+    return q, q_scale, kv_cache, kv_scale
+
+
 @torch.library.custom_op("mqa_logits_mxfp4::mqa_logits_mxfp4", mutates_args=("out",))
 def _custom_op(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Tensor,
                kv_scale: torch.Tensor, weights: torch.Tensor, block_tables: torch.Tensor,
                query_start_loc: torch.Tensor, row_ends: torch.Tensor, out: torch.Tensor,
                out_offsets: Optional[torch.Tensor], records: Optional[torch.Tensor],
                bounds: list[int], backend: str, instance: str, schedule_mode: str) -> None:
-    """Checked inputs only (the Python wrapper checks); bounds are the config key's ints."""
+    """The op under torch.compile: every check runs here, on the real tensors (the trace only
+    records the call), so an InputError or ScheduleError reaches the caller as itself; bounds are
+    the config key's ints."""
     heads, head_dim, page, ppb, gather, max_rows, max_seqs, max_qlen, max_seq_len, batch_invariant = bounds
     arch, cu_num = device_facts(out.device)
     key = ProblemKey(out.device, arch, cu_num, heads, head_dim, page, ppb, bool(gather), max_rows,
@@ -123,6 +165,8 @@ def _custom_op(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Tensor,
     be = registry.get(backend)
     inst = next(i for i in be.instances() if i.name == instance)
     cfg = make_config(key, be, inst, "prefill" if schedule_mode == "prefill" else "free", "custom op")
+    q, q_scale, kv_cache, kv_scale = _op_checks(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables,
+                                                query_start_loc, row_ends, out, out_offsets, records)
     be.launch(cfg, schedule_mode, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
               row_ends, out, out_offsets, records)
 

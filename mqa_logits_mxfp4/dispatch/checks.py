@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import torch
 
+from ..core.errors import InputError, ScheduleError
 from ..formats import as_uint8
-from ..core.errors import InputError
+from ..worksplit.rules import schedule_records, seq_lanes
+from . import registry
 
 
 def as_bytes(name: str, t: torch.Tensor) -> torch.Tensor:
@@ -137,28 +139,97 @@ def check_inputs(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, que
             raise InputError(f"every tensor must be on the config's device {cfg.device}; {name} is on {t.device}")
 
 
-def check_contract(cfg, block_tables, query_start_loc, row_ends, out, out_offsets) -> None:
-    """MQA_LOGITS_MXFP4_DEBUG=1: the caller contract, read on the host (syncs; not graph-safe)."""
-    qsl = query_start_loc.cpu()
-    ends = row_ends.cpu()
+def check_contract(cfg, num_pages, block_tables, query_start_loc, row_ends, out, out_offsets,
+                   records=None) -> None:
+    """MQA_LOGITS_MXFP4_DEBUG=1: every caller rule of docs/contract.md, read on the host (syncs;
+    not graph-safe). Raises InputError naming the rule and the first entry that breaks it, or
+    ScheduleError for Table `records` that these row tensors no longer give."""
+    qsl = query_start_loc.cpu().long()
+    ends = row_ends.cpu().long()
     rows = ends.shape[0]
-    if int(qsl[0]) != 0 or bool((qsl[1:] < qsl[:-1]).any()):
-        raise InputError(f"query_start_loc must start at 0 and not decrease; got {qsl.tolist()[:16]}")
+    if int(qsl[0]) != 0:
+        raise InputError(f"query_start_loc must start at 0 and not decrease; query_start_loc[0] = {int(qsl[0])}")
+    down = _first(qsl[1:] < qsl[:-1])
+    if down is not None:
+        raise InputError(f"query_start_loc must start at 0 and not decrease; query_start_loc[{down + 1}] = "
+                         f"{int(qsl[down + 1])} < query_start_loc[{down}] = {int(qsl[down])}")
     live = int(qsl[-1])
     if live > rows:
         raise InputError(f"query_start_loc[-1] must be <= rows = {rows}; got {live}")
-    if live and (int(ends[:live].min()) < 0 or int(ends[:live].max()) > cfg.max_seq_len):
-        raise InputError(f"row_ends must lie in [0, cfg.max_seq_len = {cfg.max_seq_len}]; got "
-                         f"[{int(ends[:live].min())}, {int(ends[:live].max())}]")
+    ends = ends[:live]
+    r = _first((ends < 0) | (ends > cfg.max_seq_len))
+    if r is not None:
+        raise InputError(f"row_ends must lie in [0, cfg.max_seq_len = {cfg.max_seq_len}] for live rows; "
+                         f"row_ends[{r}] = {int(ends[r])}")
+    seq = torch.searchsorted(qsl[1:].contiguous(), torch.arange(live), right=True)  # each live row's sequence
+    r = _first((ends[1:] < ends[:-1]) & (seq[1:] == seq[:-1]))
+    if r is not None:
+        raise InputError(f"row_ends must not decrease along a sequence's rows; sequence {int(seq[r])} has "
+                         f"row_ends[{r + 1}] = {int(ends[r + 1])} < row_ends[{r}] = {int(ends[r])}")
     span = cfg.page_size * cfg.pages_per_block
-    for b in range(qsl.shape[0] - 1):
-        seg = ends[int(qsl[b]):int(qsl[b + 1])]
-        if seg.numel() > 1 and bool((seg[1:] < seg[:-1]).any()):
-            raise InputError(f"row_ends must not decrease along a sequence's rows; sequence {b} has {seg.tolist()[:16]}")
-    need = (ends[:live] + span - 1) // span
-    if live and int(need.max()) > block_tables.shape[1]:
-        raise InputError(f"row_ends need {int(need.max())} block-table entries; block_tables has {block_tables.shape[1]}")
+    need = (ends + span - 1) // span
+    r = _first(need > block_tables.shape[1])
+    if r is not None:
+        raise InputError(f"row_ends[{r}] = {int(ends[r])} needs {int(need[r])} block-table entries; "
+                         f"block_tables has {block_tables.shape[1]}")
+    _check_page_ids(cfg, num_pages, block_tables, qsl, ends, seq)
     if out_offsets is not None and live:
         offs = out_offsets[:live].cpu()
-        if int(offs.min()) < 0 or int((offs + ends[:live]).max()) > out.shape[0]:
-            raise InputError(f"out_offsets + row_ends must stay within out ({out.shape[0]} elements)")
+        r = _first(offs < 0)
+        if r is not None:
+            raise InputError(f"out_offsets must be >= 0 for live rows; out_offsets[{r}] = {int(offs[r])}")
+        r = _first(offs + ends > out.shape[0])
+        if r is not None:
+            raise InputError(f"out_offsets + row_ends must stay within out ({out.shape[0]} elements); row {r}: "
+                             f"out_offsets[{r}] + row_ends[{r}] = {int(offs[r])} + {int(ends[r])} = "
+                             f"{int(offs[r] + ends[r])}")
+    if records is not None:
+        _check_records(cfg, query_start_loc, row_ends, records)
+
+
+def _first(mask: torch.Tensor) -> int | None:
+    """The first index where a 1-D bool mask holds, or None."""
+    hit = mask.nonzero()
+    return int(hit[0, 0]) if hit.numel() else None
+
+
+def _check_page_ids(cfg, num_pages, block_tables, qsl, ends, seq) -> None:
+    """Every page a window reaches lies in [0, num_pages): per table row (a sequence, or a row in
+    gather mode) its largest row_end, and for each entry it reaches the last page of the entry
+    that a key uses (pages of an entry ascend: entry * pages_per_block + 0, 1, ...)."""
+    page, ppb = cfg.page_size, cfg.pages_per_block
+    span = page * ppb
+    if cfg.gather:
+        reach, who = ends, "row"
+    else:
+        reach = torch.zeros(qsl.shape[0] - 1, dtype=torch.long).scatter_reduce(0, seq, ends, "amax")
+        who = "sequence"
+    if reach.numel() == 0 or int(reach.max()) == 0:
+        return
+    width = int((reach.max() + span - 1) // span)
+    table = block_tables[:reach.shape[0], :width].cpu().long()
+    first_key = torch.arange(width) * span
+    reached = first_key[None, :] < reach[:, None]
+    last_key = torch.minimum(first_key[None, :] + span, reach[:, None]) - 1
+    last_page = table * ppb + (last_key // page) % ppb
+    bad = reached & ((table < 0) | (last_page >= num_pages))
+    hit = bad.nonzero()
+    if hit.numel():
+        t, j = (int(x) for x in hit[0])
+        entry, lo, hi = int(table[t, j]), j * span, int(last_key[t, j])
+        pages = f"page {entry}" if ppb == 1 else f"pages {entry * ppb}..{int(last_page[t, j])}"
+        raise InputError(f"every page id the windows reach must lie in [0, num_pages = {num_pages}); "
+                         f"block_tables[{t}, {j}] = {entry} ({who} {t}, keys {lo}..{hi}) names {pages}")
+
+
+def _check_records(cfg, query_start_loc, row_ends, records) -> None:
+    """Table records equal those worksplit/rules.py gives for the row tensors as they are now."""
+    inst = next(i for i in registry.get(cfg.backend).instances() if i.name == cfg.instance)
+    want = schedule_records(query_start_loc.tolist(), row_ends.tolist(), cfg.table_grid, inst.rows,
+                            inst.block_n, seq_lanes(cfg.max_seqs), cfg.max_seq_len)
+    got = records[:cfg.table_grid, :4].tolist()
+    for p, (g, w) in enumerate(zip(got, want)):
+        if g != w[:4]:
+            raise ScheduleError(f"the schedule's records are stale: program {p} holds (u_begin, u_end, b, base) = "
+                                f"{tuple(g)}, query_start_loc and row_ends now give {tuple(w[:4])}; rebuild the "
+                                "schedule after changing them")

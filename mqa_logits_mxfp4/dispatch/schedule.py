@@ -6,6 +6,7 @@ kernel shared by every backend builds them (worksplit/records.py: no second copy
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +18,11 @@ from .checks import check_rows_tensors
 from .config import MqaLogitsConfig
 
 
+def _pick(cfg: MqaLogitsConfig) -> tuple:
+    """What records depend on: the bounds, the instance and the launch's programs."""
+    return cfg.key, cfg.backend, cfg.instance, cfg.table_grid
+
+
 def tensor_identity(t: torch.Tensor) -> tuple:
     """What a schedule remembers of a tensor: the same storage, view and dtype."""
     return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
@@ -24,14 +30,14 @@ def tensor_identity(t: torch.Tensor) -> tuple:
 
 @dataclass(frozen=True, eq=False)
 class MqaLogitsSchedule:
-    """Records for Table mode, valid for configs equal to `cfg` and these row tensors."""
+    """Records for Table mode, valid for configs with `cfg`'s bounds and pick and these row tensors."""
 
     cfg: MqaLogitsConfig
     records: torch.Tensor
     sources: tuple
 
     def check(self, cfg: MqaLogitsConfig, query_start_loc: torch.Tensor, row_ends: torch.Tensor) -> None:
-        if cfg is not self.cfg and cfg != self.cfg:
+        if cfg is not self.cfg and _pick(cfg) != _pick(self.cfg):
             raise ScheduleError(f"schedule was built for another config: {self.cfg!r}; this call has {cfg!r}")
         now = (tensor_identity(query_start_loc), tensor_identity(row_ends))
         for name, built, got in zip(("query_start_loc", "row_ends"), self.sources, now):
@@ -62,4 +68,20 @@ def mqa_logits_mxfp4_schedule(cfg: MqaLogitsConfig, query_start_loc: torch.Tenso
         raise InputError(f"buffers must be cfg.schedule_buffers(): contiguous int32 {list(want)} on "
                          f"{cfg.device}; got {buffers.dtype} {list(buffers.shape)} on {buffers.device}")
     registry.get(cfg.backend).build_schedule(cfg, query_start_loc, row_ends, buffers)
-    return MqaLogitsSchedule(cfg, buffers, (tensor_identity(query_start_loc), tensor_identity(row_ends)))
+    schedule = MqaLogitsSchedule(cfg, buffers, (tensor_identity(query_start_loc), tensor_identity(row_ends)))
+    _BUILT[buffers.data_ptr()] = schedule
+    return schedule
+
+
+# The schedule last built into each records buffer, by address: under torch.compile the op's
+# real implementation receives only the records tensor and checks the schedule found here.
+_BUILT: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def schedule_of(records: torch.Tensor) -> MqaLogitsSchedule:
+    """The schedule whose records these are (the last one built into this buffer)."""
+    schedule = _BUILT.get(records.data_ptr())
+    if schedule is None or tuple(schedule.records.shape) != tuple(records.shape):
+        raise ScheduleError("these Table records come from no live schedule: pass what "
+                            "mqa_logits_mxfp4_schedule() returns")
+    return schedule

@@ -3,6 +3,9 @@
 Imported on first use, never at package import: Triton reads TRITON_INTERPRET when a kernel is
 decorated. `cta_range` is also the Triton scoring kernel's Free-mode split
 (backends/triton/kernels.py), so Table and Free share one unit numbering (worksplit/rules.py).
+`seq_start` and `row_end` are the guarded reads of the row tensors both kernels make
+(worksplit/rules.py's `seq_bounds`): whatever the data, no row past `num_rows` and no key past
+`seq_cap` is ever named.
 """
 
 import triton
@@ -14,15 +17,31 @@ RECORD_INTS: tl.constexpr = tl.constexpr(_RECORD_INTS)
 
 
 @triton.jit
-def cta_range(qsl_ptr, re_ptr, num_seqs, pid, nprog,
+def seq_start(qsl_ptr, b, num_rows, mask):
+    """query_start_loc[b] clamped into [0, num_rows] (`mask`: None, or off past the sequences)."""
+    if mask is None:
+        v = tl.load(qsl_ptr + b)
+    else:
+        v = tl.load(qsl_ptr + b, mask=mask, other=0)
+    return tl.minimum(tl.maximum(v, 0), num_rows)
+
+
+@triton.jit
+def row_end(re_ptr, r, seq_cap, mask):
+    """row_ends[r] clamped into [0, seq_cap] (0 where `mask` is off)."""
+    return tl.minimum(tl.maximum(tl.load(re_ptr + r, mask=mask, other=0), 0), seq_cap)
+
+
+@triton.jit
+def cta_range(qsl_ptr, re_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
               R: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_P2: tl.constexpr):
     """Program pid's unit range and its first sequence: (u_begin, u_end, b, units before b)."""
     seqs = tl.arange(0, SEQ_P2)
     smask = seqs < num_seqs
-    qa = tl.load(qsl_ptr + seqs, mask=smask, other=0)
-    qb = tl.load(qsl_ptr + seqs + 1, mask=smask, other=0)
+    qa = seq_start(qsl_ptr, seqs, num_rows, smask)
+    qb = tl.maximum(seq_start(qsl_ptr, seqs + 1, num_rows, smask), qa)
     n = qb - qa
-    end = tl.load(re_ptr + qb - 1, mask=smask & (n > 0), other=0)
+    end = row_end(re_ptr, qb - 1, seq_cap, smask & (n > 0))
     units = tl.cdiv(n, R) * tl.cdiv(end, BLOCK_N)
     total = tl.sum(units, axis=0).to(tl.int64)
     u_begin = ((pid * total) // nprog).to(tl.int32)
@@ -34,13 +53,13 @@ def cta_range(qsl_ptr, re_ptr, num_seqs, pid, nprog,
     return u_begin, u_end, b, base
 
 
-@triton.jit
-def build_schedule_kernel(qsl_ptr, re_ptr, sched_ptr, num_seqs,
+@triton.jit(do_not_specialize=["num_seqs", "num_rows", "seq_cap"])
+def build_schedule_kernel(qsl_ptr, re_ptr, sched_ptr, num_seqs, num_rows, seq_cap,
                           R: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_P2: tl.constexpr):
     """Table mode: one 32-byte record per program of the scoring launch."""
     pid = tl.program_id(0)
-    u_begin, u_end, b, base = cta_range(qsl_ptr, re_ptr, num_seqs, pid, tl.num_programs(0),
-                                        R, BLOCK_N, SEQ_P2)
+    u_begin, u_end, b, base = cta_range(qsl_ptr, re_ptr, num_seqs, num_rows, seq_cap, pid,
+                                        tl.num_programs(0), R, BLOCK_N, SEQ_P2)
     rec = sched_ptr + pid * RECORD_INTS
     tl.store(rec + 0, u_begin)
     tl.store(rec + 1, u_end)

@@ -8,14 +8,16 @@ from .rules import seq_lanes
 
 
 def build_records(query_start_loc: torch.Tensor, row_ends: torch.Tensor, records: torch.Tensor, *,
-                  programs: int, rows: int, block_n: int, max_seqs: int) -> None:
+                  programs: int, rows: int, block_n: int, max_seqs: int, max_seq_len: int) -> None:
     """Write core/records.py's records of a launch of `programs` programs into `records`.
 
     query_start_loc [num_seqs + 1] int32, row_ends [rows] int32, records [>= programs,
     RECORD_INTS] int32 contiguous, all on one device; `rows` / `block_n`: the instance's row
-    group and key tile (the units are counted in them); max_seqs: the config's bound.
+    group and key tile (the units are counted in them); max_seqs, max_seq_len: the config's
+    bounds (row_ends are read clamped into [0, max_seq_len], query_start_loc into
+    [0, row_ends.shape[0]]).
     """
     from . import kernel  # first use: TRITON_INTERPRET has been read by now
     kernel.build_schedule_kernel[(programs,)](
-        query_start_loc, row_ends, records, query_start_loc.shape[0] - 1,
+        query_start_loc, row_ends, records, query_start_loc.shape[0] - 1, row_ends.shape[0], max_seq_len,
         R=rows, BLOCK_N=block_n, SEQ_P2=seq_lanes(max_seqs))

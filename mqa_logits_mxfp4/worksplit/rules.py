@@ -7,6 +7,12 @@ the row_end of the sequence's last row; program p of G takes units [p*total//G, 
 Prefill program (g, part) takes global rows [g*R, g*R+R), split at sequence starts, and cuts
 each piece's tiles into `parts` equal shares.
 
+Guards (docs/contract.md, "Memory safety"): every read of query_start_loc is clamped into
+[0, rows] and a sequence's end row is at least its start row; every read of row_ends into
+[0, cap] (the kernels' cap is max_seq_len, no more than the table and a 2-D out cover). A valid
+input is left as it is, so these are the rules for every input; for a broken one they decide
+which cells are scored, and no piece names a row past the rows or a key past the cap.
+
 Who transcribes it: worksplit/kernel.py (`cta_range`, the Table records), the Triton kernels'
 Free/Table/Prefill loops (backends/triton/kernels.py), the FlyDSL kernels line by line
 (backends/flydsl/kernels.py) and the opus piece iterators (backends/opus/csrc/worksplit.h).
@@ -24,6 +30,8 @@ from ..core.records import RECORD_FIELDS, RECORD_INTS
 # tiles [t0, t1); rows of one group share every loaded key tile.
 Piece = tuple[int, int, int, int, int]
 
+NO_CAP = 2**31 - 1  # row ends are int32: a cap that clamps nothing from above
+
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -34,16 +42,27 @@ def seq_lanes(max_seqs: int) -> int:
     return 1 << (max(max_seqs, 1) - 1).bit_length()
 
 
-def seq_units(qsl: Sequence[int], row_ends: Sequence[int], b: int, rows: int, block_n: int
-              ) -> tuple[int, int, int, int, int]:
+def seq_start(qsl: Sequence[int], b: int, num_rows: int) -> int:
+    """query_start_loc[b] as the kernels read it: clamped into [0, num_rows]."""
+    return min(max(qsl[b], 0), num_rows)
+
+
+def row_end(row_ends: Sequence[int], r: int, cap: int) -> int:
+    """row_ends[r] as the kernels read it: clamped into [0, cap]."""
+    return min(max(row_ends[r], 0), cap)
+
+
+def seq_units(qsl: Sequence[int], row_ends: Sequence[int], b: int, rows: int, block_n: int,
+              cap: int = NO_CAP) -> tuple[int, int, int, int, int]:
     """(qa, qb, end, ntiles, units) of sequence b; ntiles is at least 1 (a stride, not a count)."""
-    qa, qb = qsl[b], qsl[b + 1]
-    end = row_ends[qb - 1] if qb > qa else 0
+    qa = seq_start(qsl, b, len(row_ends))
+    qb = max(seq_start(qsl, b + 1, len(row_ends)), qa)
+    end = row_end(row_ends, qb - 1, cap) if qb > qa else 0
     return qa, qb, end, max(cdiv(end, block_n), 1), cdiv(qb - qa, rows) * cdiv(end, block_n)
 
 
 def cta_range(qsl: Sequence[int], row_ends: Sequence[int], pid: int, nprog: int, rows: int,
-              block_n: int, lanes: int) -> tuple[int, int, int, int]:
+              block_n: int, lanes: int, cap: int = NO_CAP) -> tuple[int, int, int, int]:
     """Program pid's (u_begin, u_end, first sequence b, units before b) of nprog programs.
 
     `lanes` is the power of two >= max_seqs the kernels reduce over (SEQ_P2): lanes past
@@ -51,7 +70,7 @@ def cta_range(qsl: Sequence[int], row_ends: Sequence[int], pid: int, nprog: int,
     since u_begin == u_end then; kept so that records match the Triton kernel's bit for bit).
     """
     num_seqs = len(qsl) - 1
-    units = [seq_units(qsl, row_ends, s, rows, block_n)[4] if s < num_seqs else 0 for s in range(lanes)]
+    units = [seq_units(qsl, row_ends, s, rows, block_n, cap)[4] if s < num_seqs else 0 for s in range(lanes)]
     total = sum(units)
     u_begin = pid * total // nprog
     u_end = (pid + 1) * total // nprog
@@ -65,19 +84,19 @@ def cta_range(qsl: Sequence[int], row_ends: Sequence[int], pid: int, nprog: int,
 
 
 def schedule_records(qsl: Sequence[int], row_ends: Sequence[int], nprog: int, rows: int,
-                     block_n: int, lanes: int) -> list[list[int]]:
+                     block_n: int, lanes: int, cap: int = NO_CAP) -> list[list[int]]:
     """Table mode's records (core/records.py's layout), [u_begin, u_end, b, base, 0, 0, 0, 0] per program."""
     pad = [0] * (RECORD_INTS - len(RECORD_FIELDS))
-    return [list(cta_range(qsl, row_ends, p, nprog, rows, block_n, lanes)) + pad for p in range(nprog)]
+    return [list(cta_range(qsl, row_ends, p, nprog, rows, block_n, lanes, cap)) + pad for p in range(nprog)]
 
 
 def free_work(qsl: Sequence[int], row_ends: Sequence[int], u: int, u_end: int, b: int, base: int,
-              rows: int, block_n: int) -> Iterator[Piece]:
+              rows: int, block_n: int, cap: int = NO_CAP) -> Iterator[Piece]:
     """The pieces a Table/Free program scores, from its (u_begin, u_end, b, base)."""
     num_seqs = len(qsl) - 1
-    while u < u_end and b < num_seqs:
-        qa, qb, end, ntiles, units = seq_units(qsl, row_ends, b, rows, block_n)
-        lo = u - base
+    while u < u_end and 0 <= b < num_seqs:  # b < 0, u < base: only from corrupted records
+        qa, qb, end, ntiles, units = seq_units(qsl, row_ends, b, rows, block_n, cap)
+        lo = max(u - base, 0)
         hi = min(u_end - base, units)
         if hi > lo:
             u = base + hi
@@ -93,34 +112,34 @@ def free_work(qsl: Sequence[int], row_ends: Sequence[int], u: int, u_end: int, b
 
 
 def prefill_work(qsl: Sequence[int], row_ends: Sequence[int], group: int, part: int, rows: int,
-                 block_n: int, parts: int) -> Iterator[Piece]:
+                 block_n: int, parts: int, cap: int = NO_CAP) -> Iterator[Piece]:
     """The pieces Prefill program (group, part) scores."""
-    num_seqs = len(qsl) - 1
-    live = qsl[num_seqs]
+    num_seqs, num_rows = len(qsl) - 1, len(row_ends)
+    live = seq_start(qsl, num_seqs, num_rows)
     row0 = group * rows
     chunk_end = min(row0 + rows, live)
     lo, hi = 0, num_seqs
     while hi - lo > 1:  # last sequence starting at or before row0
         mid = (lo + hi) // 2
-        if qsl[mid] <= row0:
+        if seq_start(qsl, mid, num_rows) <= row0:
             lo = mid
         else:
             hi = mid
     b = lo
-    qa = qsl[b] if num_seqs > 0 else 0
+    qa = seq_start(qsl, b, num_rows) if num_seqs > 0 else 0
     while b < num_seqs and qa < chunk_end:
-        qb = qsl[b + 1]
+        qb = max(seq_start(qsl, b + 1, num_rows), qa)
         r0, r1 = max(row0, qa), min(chunk_end, qb)
-        end = row_ends[r1 - 1] if r1 > r0 else 0
+        end = row_end(row_ends, r1 - 1, cap) if r1 > r0 else 0
         ntiles = cdiv(end, block_n)
         yield b, r0, r1, part * ntiles // parts, (part + 1) * ntiles // parts
         b += 1
         qa = qb
 
 
-def piece_tiles(row_ends: Sequence[int], piece: Piece, block_n: int) -> range:
+def piece_tiles(row_ends: Sequence[int], piece: Piece, block_n: int, cap: int = NO_CAP) -> range:
     """Key tiles of a piece that hold at least one key of its rows (later tiles store nothing,
     so kernels may stop at the group end: the rows' largest row_end)."""
     _, r0, r1, t0, t1 = piece
-    gend = max((row_ends[r] for r in range(r0, r1)), default=0)
+    gend = max((row_end(row_ends, r, cap) for r in range(r0, r1)), default=0)
     return range(t0, min(t1, cdiv(gend, block_n)))

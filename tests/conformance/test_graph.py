@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import mqa_logits_mxfp4 as mx
+from mqa_logits_mxfp4.core.errors import InputError, ScheduleError
 from mqa_logits_mxfp4.reference import compare_to_reference, mqa_logits_reference
 
 from .common import DEVICES, MODES, POISON, build, candidates, config, need_device, run
@@ -88,6 +89,52 @@ def test_torch_compile_fullgraph(device):
     want = step(*prob.args())
     assert torch.equal(got, want)
     assert bool((got[:prob.live_rows] != -1.0).any())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_runs_every_check_and_raises_our_errors(device, isolated_dispatch):
+    """docs/contract.md ("torch.compile"): the op's real implementation makes the schedule, input
+    and MQA_LOGITS_MXFP4_DEBUG checks on the real tensors, so even under fullgraph=True their
+    errors reach the caller as themselves; an error the trace itself raises reaches it as torch's
+    Unsupported (with ours as its cause) under fullgraph=True, and as itself without it."""
+    need_device(device)
+    prob = build("v4_decode", device, seed=53)
+    cfg = mx.mqa_logits_mxfp4_config(device, heads=64, page_size=16, max_rows=prob.rows,
+                                     max_seqs=prob.num_seqs, max_qlen=2, max_seq_len=prob.max_seq_len)
+    other = mx.mqa_logits_mxfp4_config(device, heads=64, page_size=16, max_rows=prob.rows + 1,
+                                       max_seqs=prob.num_seqs, max_qlen=2, max_seq_len=prob.max_seq_len)
+
+    def step(*args, schedule=None, out=None, out_offsets=None):
+        return mx.mqa_logits_mxfp4(*args, cfg=cfg, schedule=schedule, out=out, out_offsets=out_offsets)
+
+    torch._dynamo.reset()
+    backend = "aot_eager" if device == "cpu" else "inductor"
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    sched = mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc, prob.row_ends)
+    assert torch.equal(compiled(*prob.args(), schedule=sched), step(*prob.args()))
+    with pytest.raises(ScheduleError, match="schedule was built for another config"):
+        compiled(*prob.args(), schedule=mx.mqa_logits_mxfp4_schedule(other, prob.query_start_loc, prob.row_ends))
+    with pytest.raises(ScheduleError, match="schedule was built from other tensors: row_ends"):
+        compiled(*prob.args(), schedule=mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc, prob.row_ends.clone()))
+    args = list(prob.args())
+    args[4] = prob.weights.half()
+    with pytest.raises(InputError, match="weights must be torch.bfloat16 or torch.float32; got torch.float16"):
+        compiled(*args)
+    bad_table = prob.block_tables.clone()
+    bad_table[0, 1] = prob.kv_cache.shape[0] + 5
+    args = list(prob.args())
+    args[5] = bad_table
+    isolated_dispatch.setenv("MQA_LOGITS_MXFP4_DEBUG", "1")
+    mx.reload()
+    with pytest.raises(InputError, match=r"block_tables\[0, 1\] = \d+ \(sequence 0, keys 16\.\.31\)"):
+        compiled(*args)
+    offs = torch.zeros(prob.rows, dtype=torch.int64, device=device)
+    with pytest.raises(torch._dynamo.exc.Unsupported) as e:
+        compiled(*prob.args(), out_offsets=offs)
+    assert "out_offsets needs a caller-provided flat float32 out" in str(e.value.__cause__)
+    torch._dynamo.reset()
+    with pytest.raises(InputError, match="out_offsets needs a caller-provided flat float32 out"):
+        torch.compile(step, backend=backend)(*prob.args(), out_offsets=offs)
 
 
 @pytest.mark.gpu

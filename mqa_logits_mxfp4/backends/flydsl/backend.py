@@ -89,7 +89,8 @@ class FlydslBackend(BackendBase):
                 weights.data_ptr(), block_tables.data_ptr(), query_start_loc.data_ptr(),
                 row_ends.data_ptr(), out.data_ptr(), out_offsets.data_ptr() if flat else unused,
                 records.data_ptr() if records is not None else unused,
-                query_start_loc.shape[0] - 1, seq_lanes(cfg.max_seqs),
+                query_start_loc.shape[0] - 1, seq_lanes(cfg.max_seqs), row_ends.shape[0],
+                cfg.max_seq_len, kv_cache.shape[0], out.shape[0] if flat else 0,
                 weights.stride(0), block_tables.stride(0), 0 if flat else out.stride(0),
                 grid[0], grid[1]]
 

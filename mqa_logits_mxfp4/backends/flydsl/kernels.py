@@ -18,6 +18,11 @@ kernels do (0xFF -> NaN, 0 -> 0), then step 3 sums b = 0..3 left to right, step 
 `maximumf` (v_maximum3_f32, NaN-propagating), step 5 is the head tree: levels that pair heads
 of different 16-head tiles are in-register, the last four (heads c and c ^ 8, 4, 2, 1 of a tile)
 are DPP row rotations, after which every lane of a 16-lane row holds the row's value.
+
+Memory safety (docs/contract.md, "Memory safety"), as the Triton kernels: query_start_loc is read
+clamped into [0, num_rows] and row_ends into [0, seq_cap]; a flat out's row is cut at out_numel
+and a negative offset writes nothing; a key whose page lies outside [0, num_pages) is not loaded
+(a branch around its loads) and its scale words read as 0xFF bytes, so its cells are NaN.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ def _imin(a, b):
 
 def _imax(a, b):
     return (a > b).select(a, b)
+
+
+def _clamp(x, lo, hi):
+    return _imin(_imax(x, lo), hi)
 
 
 def _uniform(x):
@@ -98,11 +107,22 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
     assert H % 32 == 0 and H >= 32 and PAGE % 4 == 0 and R <= 16
 
     @flyc.jit
-    def slot_of(key, bt_row):
-        """Cache slot (token index over all pages, i64) of key `key` of a table row."""
+    def slot_of(key, bt_row, num_pages):
+        """(cache slot (token index over all pages, i64), whether its page lies in the cache)
+        of key `key` of a table row."""
         entry = fx.Int32((bt_row + fx.Int64(key // (PAGE * PPB))).load())
         page = fx.Int64(entry) * PPB + fx.Int64((key // PAGE) % PPB)
-        return page * PAGE + fx.Int64(key % PAGE)
+        return page * PAGE + fx.Int64(key % PAGE), (entry >= 0) & (page < num_pages)
+
+    @flyc.jit
+    def seq_start(qsl, b, num_rows):
+        """query_start_loc[b] clamped into [0, num_rows]."""
+        return _clamp(fx.Int32((qsl + fx.Int64(b)).load()), fx.Int32(0), num_rows)
+
+    @flyc.jit
+    def row_end(re, r, seq_cap):
+        """row_ends[r] clamped into [0, seq_cap]."""
+        return _clamp(fx.Int32((re + fx.Int64(r)).load()), fx.Int32(0), seq_cap)
 
     def tile_scores(kiso, kscale, qfrag, qscale):
         """docs/numerics.md steps 1-4 for 16 keys x one 16-head tile: relu of the block sum of
@@ -147,9 +167,9 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                 (lds_w + fx.Int64(idx)).store(wf)
 
     @flyc.jit
-    def score_group(q, qs, kv, ks, w, bt, re, out, oo, stride_w, stride_bt, stride_out,
-                    b, r0, r1, t0, t1, tid, wave, lane, lds_q, lds_s, lds_w):
-        """Rows [r0, r1) of sequence b (at most R) against key tiles [t0, t1)."""
+    def score_group(q, qs, kv, ks, w, bt, re, out, oo, num_pages, seq_cap, out_numel, stride_w,
+                    stride_bt, stride_out, b, r0, r1, t0, t1, tid, wave, lane, lds_q, lds_s, lds_w):
+        """Rows [r0, r1) of sequence b (at most R, r1 > r0) against key tiles [t0, t1)."""
         V4I = Vector.make_type(4, fx.Int32)   # types need the tracing context
         c = lane % 16
         g = lane // 16
@@ -158,13 +178,15 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
         gpu.barrier()
         gend = fx.Int32(0)
         for r in range_constexpr(R):
-            gend = _imax(gend, fx.Int32((re + fx.Int64(_imin(r0 + r, r1 - 1))).load()))
+            gend = _imax(gend, row_end(re, _imin(r0 + r, r1 - 1), seq_cap))
         # lane c < R stores row r0 + c
         my_row = _imin(r0 + c, r1 - 1)
-        my_end = fx.Int32((re + fx.Int64(my_row)).load())
+        my_end = row_end(re, my_row, seq_cap)
         my_end = ((c < R) & (r0 + c < r1)).select(my_end, fx.Int32(0))
-        if const_expr(FLAT_OUT):
+        if const_expr(FLAT_OUT):  # a row ends at the flat out's end; a negative offset writes nothing
             my_base = fx.Int64((oo + fx.Int64(my_row)).load())
+            room = _imax(out_numel - my_base, fx.Int64(0))
+            my_end = (my_base >= 0).select(fx.Int32(_imin(fx.Int64(my_end), room)), fx.Int32(0))
         else:
             my_base = fx.Int64(my_row) * stride_out
         if const_expr(GATHER):
@@ -176,12 +198,19 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
         t_stop = _imin(t1, _cdiv(gend, BN))
         while t < t_stop:
             key0 = t * BN + wave * 16
-            # A operand: key key0 + c, K-block g (keys past the group end read a valid key)
-            slot_a = slot_of(_imin(key0 + c, kmax), bt_row)
-            kfrag = Vector((kv + (slot_a * DB + fx.Int64(g) * 16)).load(V4I))
-            # key scales of keys key0 + 4g .. + 3: one page, 16 contiguous bytes
+            # A operand: key key0 + c, K-block g (keys past the group end read a valid key; a
+            # key outside the cache reads nothing: its scales below make its cells NaN)
+            slot_a, in_cache_a = slot_of(_imin(key0 + c, kmax), bt_row, num_pages)
+            kfrag = Vector.filled(4, 0, fx.Int32)
+            if in_cache_a:
+                kfrag = Vector((kv + (slot_a * DB + fx.Int64(g) * 16)).load(V4I))
+            # key scales of keys key0 + 4g .. + 3: one page, 16 contiguous bytes (0xFF bytes,
+            # NaN, for a page outside the cache)
             kq = _imin(key0 + 4 * g, (kmax // 4) * 4)
-            sk_words = Vector((ks + slot_of(kq, bt_row)).load(V4I))
+            slot_s, in_cache_s = slot_of(kq, bt_row, num_pages)
+            sk_words = Vector.filled(4, -1, fx.Int32)
+            if in_cache_s:
+                sk_words = Vector((ks + slot_s).load(V4I))
             kscale = [_e8m0(_scale_block(sk_words, blk)) for blk in range_constexpr(NB)]
             kiso = [(g == blk).select(kfrag, Vector.filled(4, 0, fx.Int32)) for blk in range_constexpr(NB)]
 
@@ -228,12 +257,12 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
             t = t + 1
 
     @flyc.jit
-    def cta_range(qsl, re, num_seqs, lanes, pid, nprog, lane):
+    def cta_range(qsl, re, num_seqs, num_rows, seq_cap, lanes, pid, nprog, lane):
         """worksplit.cta_range over `lanes` sequences, 64 at a time."""
         total = fx.Int32(0)
         s0 = fx.Int32(0)
         while s0 < lanes:
-            total = total + _wave_sum(seq_units(qsl, re, num_seqs, s0 + lane))
+            total = total + _wave_sum(seq_units(qsl, re, num_seqs, num_rows, seq_cap, s0 + lane))
             s0 = s0 + WAVE
         u_begin = fx.Int32((fx.Int64(pid) * fx.Int64(total)) // fx.Int64(nprog))
         u_end = fx.Int32(((fx.Int64(pid) + 1) * fx.Int64(total)) // fx.Int64(nprog))
@@ -242,7 +271,7 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
         cum = fx.Int32(0)
         s0 = fx.Int32(0)
         while s0 < lanes:
-            units = seq_units(qsl, re, num_seqs, s0 + lane)
+            units = seq_units(qsl, re, num_seqs, num_rows, seq_cap, s0 + lane)
             incl = cum + _wave_inclusive_scan(units, lane)
             before = (incl <= u_begin) & (s0 + lane < lanes)
             b = b + _wave_sum(before.select(fx.Int32(1), fx.Int32(0)))
@@ -252,61 +281,63 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
         return _uniform(u_begin), _uniform(u_end), _uniform(b), _uniform(base)
 
     @flyc.jit
-    def seq_units(qsl, re, num_seqs, s):
+    def seq_units(qsl, re, num_seqs, num_rows, seq_cap, s):
         """Units of sequence s (0 past num_seqs), as worksplit.seq_units."""
         live = s < num_seqs
-        qa = fx.Int32((qsl + fx.Int64(_imin(s, num_seqs))).load())
-        qb = fx.Int32((qsl + fx.Int64(_imin(s + 1, num_seqs))).load())
+        qa = seq_start(qsl, _imin(s, num_seqs), num_rows)
+        qb = _imax(seq_start(qsl, _imin(s + 1, num_seqs), num_rows), qa)
         n = live.select(qb - qa, fx.Int32(0))
         end = fx.Int32(0)
         if n > 0:
-            end = fx.Int32((re + fx.Int64(qb - 1)).load())
+            end = row_end(re, qb - 1, seq_cap)
         return _cdiv(n, R) * _cdiv(end, BN)
 
     @flyc.jit
-    def prefill_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, stride_w, stride_bt,
-                     stride_out, pid, part, parts, tid, wave, lane, lds_q, lds_s, lds_w):
+    def prefill_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, num_rows, num_pages, seq_cap,
+                     out_numel, stride_w, stride_bt, stride_out, pid, part, parts, tid, wave, lane,
+                     lds_q, lds_s, lds_w):
         """worksplit.prefill_work: global rows [pid*R, pid*R + R), tiles cut in `parts`."""
-        live = fx.Int32((qsl + fx.Int64(num_seqs)).load())
+        live = seq_start(qsl, num_seqs, num_rows)
         row0 = pid * R
         chunk_end = _imin(row0 + R, live)
         lo = fx.Int32(0)
         hi = num_seqs
         while hi - lo > 1:  # last sequence starting at or before row0
             mid = (lo + hi) // 2
-            at_or_before = fx.Int32((qsl + fx.Int64(mid)).load()) <= row0
+            at_or_before = seq_start(qsl, mid, num_rows) <= row0
             lo = at_or_before.select(mid, lo)
             hi = at_or_before.select(hi, mid)
         b = lo
-        qa = fx.Int32((qsl + fx.Int64(b)).load())
+        qa = seq_start(qsl, b, num_rows)
         while (b < num_seqs) & (qa < chunk_end):
-            qb = fx.Int32((qsl + fx.Int64(b + 1)).load())
+            qb = _imax(seq_start(qsl, b + 1, num_rows), qa)
             r0 = _imax(row0, qa)
             r1 = _imin(chunk_end, qb)
-            end = fx.Int32(0)
-            if r1 > r0:
-                end = fx.Int32((re + fx.Int64(r1 - 1)).load())
-            ntiles = _cdiv(end, BN)
-            t0 = (part * ntiles) // parts
-            t1 = ((part + 1) * ntiles) // parts
-            score_group(q, qs, kv, ks, w, bt, re, out, oo, stride_w, stride_bt, stride_out,
-                        b, r0, r1, t0, t1, tid, wave, lane, lds_q, lds_s, lds_w)
+            if r1 > r0:  # an empty piece (an empty sequence) has no row to read
+                end = row_end(re, r1 - 1, seq_cap)
+                ntiles = _cdiv(end, BN)
+                t0 = (part * ntiles) // parts
+                t1 = ((part + 1) * ntiles) // parts
+                score_group(q, qs, kv, ks, w, bt, re, out, oo, num_pages, seq_cap, out_numel,
+                            stride_w, stride_bt, stride_out, b, r0, r1, t0, t1, tid, wave, lane,
+                            lds_q, lds_s, lds_w)
             b = b + 1
             qa = qb
 
     @flyc.jit
-    def free_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, stride_w, stride_bt,
-                  stride_out, u, u_end, b, base, tid, wave, lane, lds_q, lds_s, lds_w):
+    def free_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, num_rows, num_pages, seq_cap,
+                  out_numel, stride_w, stride_bt, stride_out, u, u_end, b, base, tid, wave, lane,
+                  lds_q, lds_s, lds_w):
         """worksplit.free_work from a program's (u_begin, u_end, b, base)."""
-        while (u < u_end) & (b < num_seqs):
-            qa = fx.Int32((qsl + fx.Int64(b)).load())
-            qb = fx.Int32((qsl + fx.Int64(b + 1)).load())
+        while (u < u_end) & (b < num_seqs) & (b >= 0):  # b < 0: only from corrupted records
+            qa = seq_start(qsl, b, num_rows)
+            qb = _imax(seq_start(qsl, b + 1, num_rows), qa)
             end = fx.Int32(0)
             if qb > qa:
-                end = fx.Int32((re + fx.Int64(qb - 1)).load())
+                end = row_end(re, qb - 1, seq_cap)
             ntiles = _imax(_cdiv(end, BN), fx.Int32(1))
             units = _cdiv(qb - qa, R) * _cdiv(end, BN)
-            lo = u - base
+            lo = _imax(u - base, fx.Int32(0))  # negative only for corrupted records
             hi = _imin(u_end - base, units)
             u = (hi > lo).select(base + hi, u)
             while lo < hi:  # the groups this program touches, each with its own tile range
@@ -315,8 +346,9 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                 t1 = _imin(hi - j * ntiles, ntiles)
                 r0 = qa + j * R
                 r1 = _imin(r0 + R, qb)
-                score_group(q, qs, kv, ks, w, bt, re, out, oo, stride_w, stride_bt, stride_out,
-                            b, r0, r1, t0, t1, tid, wave, lane, lds_q, lds_s, lds_w)
+                score_group(q, qs, kv, ks, w, bt, re, out, oo, num_pages, seq_cap, out_numel,
+                            stride_w, stride_bt, stride_out, b, r0, r1, t0, t1, tid, wave, lane,
+                            lds_q, lds_s, lds_w)
                 lo = (j + 1) * ntiles
             base = base + units
             b = b + 1
@@ -325,7 +357,8 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
     def mqa_logits_fly(q: fx.Pointer, qs: fx.Pointer, kv: fx.Pointer, ks: fx.Pointer,
                        w: fx.Pointer, bt: fx.Pointer, qsl: fx.Pointer, re: fx.Pointer,
                        out: fx.Pointer, oo: fx.Pointer, sched: fx.Pointer,
-                       num_seqs: fx.Int32, lanes: fx.Int32, stride_w: fx.Int64,
+                       num_seqs: fx.Int32, lanes: fx.Int32, num_rows: fx.Int32, seq_cap: fx.Int32,
+                       num_pages: fx.Int64, out_numel: fx.Int64, stride_w: fx.Int64,
                        stride_bt: fx.Int64, stride_out: fx.Int64, nprog: fx.Int32, parts: fx.Int32):
         # nprog / parts: the grid's x / y size (gridDim would need the ROCm device libraries)
         tid = fx.Int32(gpu.thread_idx.x)
@@ -337,30 +370,38 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
         lds_s = smem.allocate(fx.Array[fx.Float32, R * H * NB, 16]).peek().ptr      # decoded q scales
         lds_w = smem.allocate(fx.Array[fx.Float32, R * H, 16]).peek().ptr           # weights
         if const_expr(MODE == MODE_PREFILL):
-            prefill_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, stride_w, stride_bt,
-                         stride_out, pid, fx.Int32(gpu.block_idx.y), parts, tid, wave, lane, lds_q, lds_s, lds_w)
+            prefill_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, num_rows, num_pages, seq_cap,
+                         out_numel, stride_w, stride_bt, stride_out, pid, fx.Int32(gpu.block_idx.y), parts,
+                         tid, wave, lane, lds_q, lds_s, lds_w)
         elif const_expr(MODE == MODE_TABLE):
             rec = sched + fx.Int64(pid) * RECORD_INTS
-            free_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, stride_w, stride_bt,
-                      stride_out, _uniform((rec + 0).load()), _uniform((rec + 1).load()),
-                      _uniform((rec + 2).load()), _uniform((rec + 3).load()), tid, wave, lane,
-                      lds_q, lds_s, lds_w)
+            free_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, num_rows, num_pages, seq_cap,
+                      out_numel, stride_w, stride_bt, stride_out, _uniform((rec + 0).load()),
+                      _uniform((rec + 1).load()), _uniform((rec + 2).load()), _uniform((rec + 3).load()),
+                      tid, wave, lane, lds_q, lds_s, lds_w)
         else:
-            u, u_end, b, base = cta_range(qsl, re, num_seqs, lanes, pid, nprog, lane)
-            free_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, stride_w, stride_bt,
-                      stride_out, u, u_end, b, base, tid, wave, lane, lds_q, lds_s, lds_w)
+            u, u_end, b, base = cta_range(qsl, re, num_seqs, num_rows, seq_cap, lanes, pid, nprog, lane)
+            free_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, num_rows, num_pages, seq_cap,
+                      out_numel, stride_w, stride_bt, stride_out, u, u_end, b, base, tid, wave, lane,
+                      lds_q, lds_s, lds_w)
 
     @flyc.jit
     def launch(q: fx.Pointer, qs: fx.Pointer, kv: fx.Pointer, ks: fx.Pointer, w: fx.Pointer,
                bt: fx.Pointer, qsl: fx.Pointer, re: fx.Pointer, out: fx.Pointer, oo: fx.Pointer,
-               sched: fx.Pointer, num_seqs: fx.Int32, lanes: fx.Int32, stride_w: fx.Int64,
+               sched: fx.Pointer, num_seqs: fx.Int32, lanes: fx.Int32, num_rows: fx.Int32,
+               seq_cap: fx.Int32, num_pages: fx.Int64, out_numel: fx.Int64, stride_w: fx.Int64,
                stride_bt: fx.Int64, stride_out: fx.Int64, grid_x: fx.Int32, grid_y: fx.Int32,
                stream: fx.Stream = fx.Stream(None)):
-        mqa_logits_fly(q, qs, kv, ks, w, bt, qsl, re, out, oo, sched, num_seqs, lanes, stride_w,
-                       stride_bt, stride_out, grid_x, grid_y).launch(grid=(grid_x, grid_y, 1), block=(WAVE * WAVES, 1, 1),
-                                                     stream=stream)
+        mqa_logits_fly(q, qs, kv, ks, w, bt, qsl, re, out, oo, sched, num_seqs, lanes, num_rows, seq_cap,
+                       num_pages, out_numel, stride_w, stride_bt, stride_out, grid_x, grid_y
+                       ).launch(grid=(grid_x, grid_y, 1), block=(WAVE * WAVES, 1, 1), stream=stream)
 
     return launch
+
+
+# The launcher's int arguments after its pointers, in order (compile-only builds pass 1 for each).
+INT_ARGS = ("num_seqs", "lanes", "num_rows", "seq_cap", "num_pages", "out_numel", "stride_w",
+            "stride_bt", "stride_out", "grid_x", "grid_y")
 
 
 def pointer_args(spec: KernelSpec, ptrs: dict | None = None) -> list:

@@ -105,7 +105,7 @@ def compile_kernel(spec, arch: str = "gfx950", waves_per_eu: int | None = None):
     """flyc.compile the launcher of `spec` for `arch` (placeholder arguments, nothing runs)."""
     import flydsl.compiler as flyc
 
-    from .kernels import build, pointer_args
+    from .kernels import INT_ARGS, build, pointer_args
     with target_arch(arch):
         comp = flyc.compile[{"waves_per_eu": waves_per_eu}] if waves_per_eu else flyc.compile
-        return comp(build(spec), *pointer_args(spec), 1, 1, 1, 1, 1, 1, 1)
+        return comp(build(spec), *pointer_args(spec), *[1] * len(INT_ARGS))

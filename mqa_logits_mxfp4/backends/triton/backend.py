@@ -31,7 +31,8 @@ def _triton_version() -> tuple[int, int]:
 # Launches after the first of a config go straight to the compiled kernel (`CompiledKernel[grid]`),
 # skipping JITFunction.run's argument binding and cache lookup: most of the Triton launch's host
 # time (docs/perf-notes.md). The key holds every fact Triton specializes a kernel on (pointer
-# 16-byte alignment; ints equal to 1, divisible by 16, 32-bit or not), so a cached kernel only
+# 16-byte alignment; specialized ints equal to 1, divisible by 16, 32-bit or not; the sizes,
+# which are not specialized, 32-bit or not; the config fixes `parts`), so a cached kernel only
 # serves arguments that Triton's own lookup would map to it.
 _DIRECT_LAUNCH = hasattr(triton.compiler.CompiledKernel, "__getitem__")
 
@@ -79,11 +80,15 @@ class TritonBackend(BackendBase):
         flat = out_offsets is not None
         pointers = (q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
                     out, out_offsets if flat else row_ends, records if records is not None else row_ends)
-        ints = (query_start_loc.shape[0] - 1, weights.stride(0), block_tables.stride(0),
-                0 if flat else out.stride(0), cfg.prefill_grid[1])
+        # sizes (do_not_specialize: only their width matters; row_ends are clamped to max_seq_len,
+        # which the checked table and out cover), then the specialized strides
+        sizes = (query_start_loc.shape[0] - 1, row_ends.shape[0], kv_cache.shape[0], cfg.key.max_seq_len,
+                 out.shape[0] if flat else 0)
+        strides = (weights.stride(0), block_tables.stride(0), 0 if flat else out.stride(0))
+        ints = (*sizes, *strides, cfg.prefill_grid[1])
         grid = (*cfg.prefill_grid, 1) if mode == "prefill" else (cfg.table_grid, 1, 1)
         key = (id(cfg), mode, flat, *[p.data_ptr() % 16 == 0 for p in pointers],
-               *[(v == 1, v % 16 == 0, -2**31 <= v < 2**31) for v in ints])
+               *[(v == 1, v % 16 == 0, -2**31 <= v < 2**31) for v in strides], max(sizes) < 2**31)
         hit = self._compiled.get(key)
         if hit is not None and hit[0] is cfg:
             _, compiled, constexprs = hit

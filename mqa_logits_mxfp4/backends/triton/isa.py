@@ -59,7 +59,8 @@ _ISA_HEADS = 64
 # oo_ptr and sched_ptr receive row_ends (int32) there; Python ints below 2^31 specialize to i32.
 _SIGNATURE = {"q_ptr": "*u8", "qs_ptr": "*u8", "kv_ptr": "*u8", "ks_ptr": "*u8", "w_ptr": "*fp32",
               "bt_ptr": "*i32", "qsl_ptr": "*i32", "re_ptr": "*i32", "out_ptr": "*fp32",
-              "oo_ptr": "*i32", "sched_ptr": "*i32", "num_seqs": "i32", "stride_w": "i32",
+              "oo_ptr": "*i32", "sched_ptr": "*i32", "num_seqs": "i32", "num_rows": "i32",
+              "num_pages": "i32", "seq_cap": "i32", "out_numel": "i32", "stride_w": "i32",
               "stride_bt": "i32", "stride_out": "i32", "parts": "i32"}
 # The JIT marks 16-aligned pointers and ints divisible by 16 (which changes register use). The
 # strides are in the usual case: heads (64), the table width and max_seq_len multiples of 16.

@@ -11,13 +11,18 @@ sequence-major, group-major, tile-minor, and program p takes units
 [p * total // G, (p + 1) * total // G). worksplit/rules.py states these rules in plain Python;
 every backend's kernels transcribe it, and worksplit/kernel.py's `cta_range` (shared with the
 Table-records kernel) is Free mode's split here.
+
+Memory safety (docs/contract.md, "Memory safety"): every read of query_start_loc is clamped into
+[0, num_rows] and of row_ends into [0, seq_cap]; a flat out's row is cut at out_numel and a
+negative offset writes nothing; a key whose page lies outside [0, num_pages) is not loaded and
+gets a NaN scale, so its cells are NaN. None of it changes a valid input's bits.
 """
 
 import triton
 import triton.language as tl
 
 from ...core.modes import MODE_CODES
-from ...worksplit.kernel import RECORD_INTS, cta_range
+from ...worksplit.kernel import RECORD_INTS, cta_range, row_end, seq_start
 from .instances import MMA_KINDS
 
 MODE_TABLE: tl.constexpr = tl.constexpr(MODE_CODES["table"])
@@ -73,10 +78,11 @@ def _q_block(q_ptr, qs_ptr, qhead, cmask, blk: tl.constexpr, DB: tl.constexpr, N
 @triton.jit
 def _k_term(kv_ptr, ks_ptr, slot, kmask, blk: tl.constexpr, qop, qsc, DB: tl.constexpr,
             NB: tl.constexpr, MMA: tl.constexpr, INTERP: tl.constexpr):
-    """docs/numerics.md steps 1-2 for one block: [N, C] fp32 terms P * sk * sq."""
+    """docs/numerics.md steps 1-2 for one block: [N, C] fp32 terms P * sk * sq (NaN for a key
+    not loaded: its scale reads as 0xFF)."""
     b16 = tl.arange(0, 16)
     kb = tl.load(kv_ptr + slot[:, None] * DB + blk * 16 + b16[None, :], mask=kmask[:, None], other=0)
-    ksc = _e8m0_to_f32(tl.load(ks_ptr + slot * NB + blk, mask=kmask, other=127))
+    ksc = _e8m0_to_f32(tl.load(ks_ptr + slot * NB + blk, mask=kmask, other=255))
     kop = _unpack(kb, MMA)
     if MMA == MMA_FP8:
         p = tl.dot(kop, qop, out_dtype=tl.float32) * FP8_UNDO
@@ -109,7 +115,7 @@ def _weighted_head_sum(x, w, N: tl.constexpr, R: tl.constexpr, H: tl.constexpr,
 
 @triton.jit
 def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, oo_ptr,
-                 stride_w, stride_bt, stride_out,
+                 num_pages, seq_cap, out_numel, stride_w, stride_bt, stride_out,
                  b, r0, r1, t0, t1,
                  HEADS: tl.constexpr, LOG2_H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, PPB: tl.constexpr,
                  GATHER: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -127,12 +133,14 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
 
     rows = r0 + tl.arange(0, R)
     rmask = rows < r1
-    rend = tl.load(re_ptr + rows, mask=rmask, other=0)
-    gend = tl.max(rend, axis=0)
-    if FLAT_OUT:
+    rend = row_end(re_ptr, rows, seq_cap, rmask)
+    if FLAT_OUT:  # a row ends at the flat out's end; a negative offset writes nothing
         obase = tl.load(oo_ptr + rows, mask=rmask, other=0)
+        room = tl.maximum(out_numel - obase, 0)
+        rend = tl.where(obase >= 0, tl.minimum(rend.to(tl.int64), room), 0).to(tl.int32)
     else:
         obase = rows.to(tl.int64) * stride_out
+    gend = tl.max(rend, axis=0)
     if GATHER:
         bt_row = bt_ptr + r0.to(tl.int64) * stride_bt
     else:
@@ -153,10 +161,12 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
         keys = t * BLOCK_N + tl.arange(0, BLOCK_N)
         kmask = keys < gend
         entry = tl.load(bt_row + keys // (PAGE * PPB), mask=kmask, other=0)
-        slot = (entry.to(tl.int64) * PPB + (keys // PAGE) % PPB) * PAGE + keys % PAGE
+        page = entry.to(tl.int64) * PPB + (keys // PAGE) % PPB
+        kmask = kmask & (entry >= 0) & (page < num_pages)  # a page outside the cache: not read, NaN
+        slot = page * PAGE + keys % PAGE
         if MMA == MMA_SCALED:
             kb = tl.load(kv_ptr + slot[:, None] * DB + bD[None, :], mask=kmask[:, None], other=0)
-            ksc = tl.load(ks_ptr + slot[:, None] * NB + bS[None, :], mask=kmask[:, None], other=127)
+            ksc = tl.load(ks_ptr + slot[:, None] * NB + bS[None, :], mask=kmask[:, None], other=255)
             s = tl.dot_scaled(kb, ksc, "e2m1", tl.trans(qb), qsc, "e2m1")
         else:  # docs/numerics.md step 3: left to right
             s = _k_term(kv_ptr, ks_ptr, slot, kmask, 0, q0, sq0, DB, NB, MMA, INTERP)
@@ -169,10 +179,12 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
         tl.store(out_ptr + obase[None, :] + keys[:, None], v, mask=smask)
 
 
-@triton.jit(do_not_specialize=["num_seqs", "parts"])  # shape-dependent: one compile serves every shape
+# shape-dependent ints: one compile serves every shape
+@triton.jit(do_not_specialize=["num_seqs", "num_rows", "num_pages", "seq_cap", "out_numel", "parts"])
 def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_ptr,
                       out_ptr, oo_ptr, sched_ptr,
-                      num_seqs, stride_w, stride_bt, stride_out, parts,
+                      num_seqs, num_rows, num_pages, seq_cap, out_numel,
+                      stride_w, stride_bt, stride_out, parts,
                       HEADS: tl.constexpr, LOG2_H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, PPB: tl.constexpr,
                       GATHER: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr,
                       MMA: tl.constexpr, MODE: tl.constexpr,
@@ -181,28 +193,28 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
     if MODE == MODE_PREFILL:
         # program (g, p): global rows [g*R, g*R + R), split per sequence, key tiles cut in `parts`
         part = tl.program_id(1)
-        live = tl.load(qsl_ptr + num_seqs)
+        live = seq_start(qsl_ptr, num_seqs, num_rows, None)
         row0 = pid * R
         chunk_end = tl.minimum(row0 + R, live)
         lo = 0
         hi = num_seqs
         while hi - lo > 1:  # last sequence starting at or before row0
             mid = (lo + hi) // 2
-            at_or_before = tl.load(qsl_ptr + mid) <= row0
+            at_or_before = seq_start(qsl_ptr, mid, num_rows, None) <= row0
             lo = tl.where(at_or_before, mid, lo)
             hi = tl.where(at_or_before, hi, mid)
         b = lo
-        qa = tl.load(qsl_ptr + b)
+        qa = seq_start(qsl_ptr, b, num_rows, None)
         while (b < num_seqs) & (qa < chunk_end):
-            qb = tl.load(qsl_ptr + b + 1)
+            qb = tl.maximum(seq_start(qsl_ptr, b + 1, num_rows, None), qa)
             r0 = tl.maximum(row0, qa)
             r1 = tl.minimum(chunk_end, qb)
-            end = tl.load(re_ptr + r1 - 1, mask=r1 > r0, other=0)
+            end = row_end(re_ptr, r1 - 1, seq_cap, r1 > r0)
             ntiles = tl.cdiv(end, BLOCK_N)
             t0 = (part * ntiles) // parts
             t1 = ((part + 1) * ntiles) // parts
             _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, oo_ptr,
-                         stride_w, stride_bt, stride_out, b, r0, r1, t0, t1,
+                         num_pages, seq_cap, out_numel, stride_w, stride_bt, stride_out, b, r0, r1, t0, t1,
                          HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FLAT_OUT, INTERP)
             b += 1
             qa = qb
@@ -214,15 +226,15 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
             b = tl.load(rec + 2)
             base = tl.load(rec + 3)
         else:
-            u, u_end, b, base = cta_range(qsl_ptr, re_ptr, num_seqs, pid, tl.num_programs(0),
-                                          R, BLOCK_N, SEQ_P2)
-        while (u < u_end) & (b < num_seqs):
-            qa = tl.load(qsl_ptr + b)
-            qb = tl.load(qsl_ptr + b + 1)
-            end = tl.load(re_ptr + qb - 1, mask=qb > qa, other=0)
+            u, u_end, b, base = cta_range(qsl_ptr, re_ptr, num_seqs, num_rows, seq_cap, pid,
+                                          tl.num_programs(0), R, BLOCK_N, SEQ_P2)
+        while (u < u_end) & (b < num_seqs) & (b >= 0):  # b < 0: only from corrupted records
+            qa = seq_start(qsl_ptr, b, num_rows, None)
+            qb = tl.maximum(seq_start(qsl_ptr, b + 1, num_rows, None), qa)
+            end = row_end(re_ptr, qb - 1, seq_cap, qb > qa)
             ntiles = tl.maximum(tl.cdiv(end, BLOCK_N), 1)
             units = tl.cdiv(qb - qa, R) * tl.cdiv(end, BLOCK_N)
-            lo = u - base
+            lo = tl.maximum(u - base, 0)  # negative only for corrupted records
             hi = tl.minimum(u_end - base, units)
             u = tl.where(hi > lo, base + hi, u)
             while lo < hi:  # the groups this program touches, each with its own tile range
@@ -231,8 +243,9 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
                 t1 = tl.minimum(hi - j * ntiles, ntiles)
                 r0 = qa + j * R
                 r1 = tl.minimum(r0 + R, qb)
-                _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr,
-                             oo_ptr, stride_w, stride_bt, stride_out, b, r0, r1, t0, t1,
+                _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, oo_ptr,
+                             num_pages, seq_cap, out_numel, stride_w, stride_bt, stride_out,
+                             b, r0, r1, t0, t1,
                              HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FLAT_OUT, INTERP)
                 lo = (j + 1) * ntiles
             base += units

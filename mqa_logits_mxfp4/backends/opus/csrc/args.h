@@ -38,7 +38,7 @@ struct LaunchArgs {
   int64_t num_pages;
   int32_t out_cols;            // 2-D out: columns a row may write
   int32_t bt_cols;             // block-table columns
-  int32_t key_cap;             // no row scores keys at or past this (min of out width, table span)
+  int32_t key_cap;             // no row scores keys at or past this (min of max_seq_len, out width, table span)
   int32_t num_seqs;
   int32_t num_rows;            // rows of q / q_scale / row_ends: the device-side row guard
   int32_t heads;

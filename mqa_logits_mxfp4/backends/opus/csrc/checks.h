@@ -233,6 +233,7 @@ inline std::string check_call(const CallDesc& c, const InstanceInfo& inst, Launc
   o.bt_cols = (int32_t)(c.block_tables.sizes[1] < INT_MAX ? c.block_tables.sizes[1] : INT_MAX);
   const int64_t table_span = (int64_t)o.bt_cols * span;
   int64_t cap = table_span < out_cols ? table_span : out_cols;
+  cap = cap < c.max_seq_len ? cap : c.max_seq_len;  // row_ends are clamped to max_seq_len
   o.key_cap = (int32_t)(cap < INT_MAX ? cap : INT_MAX);
   o.num_seqs = (int32_t)num_seqs;
   o.num_rows = (int32_t)rows;

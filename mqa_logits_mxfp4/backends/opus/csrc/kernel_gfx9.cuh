@@ -200,7 +200,7 @@ OPUS_DEV void kernel_body(const LaunchArgs& args) {
   static_assert(WAVES == Shape<M, R, H>::WAVES, "a wave a TN-key slice of the 64-key tile");
   if constexpr (ON_TARGET) {
     __shared__ Lds<M, R, H> lds;
-    const SeqView sv{args.qsl, args.row_ends, args.num_seqs, args.num_rows};
+    const SeqView sv{args.qsl, args.row_ends, args.num_seqs, args.num_rows, args.key_cap};
     Scorer<M, R, H> scorer(args, lds);
     for_each_piece<64, cta_range_scan>(args, sv, R, lds.range, scorer);
   } else {

@@ -597,7 +597,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_CTAS) mqa_logits_sm90(const La
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& sm = *reinterpret_cast<Smem<FAMILY, R, H, WARPS>*>(smem_raw);
-  const SeqView sv{args.qsl, args.row_ends, args.num_seqs, args.num_rows};
+  const SeqView sv{args.qsl, args.row_ends, args.num_seqs, args.num_rows, args.key_cap};
   Scorer<FAMILY, R, H, WARPS> scorer(args, sm);
   for_each_piece<32, cta_range_scan>(args, sv, R, sm.range, scorer);
 #else

@@ -604,7 +604,7 @@ __global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const 
   using S = I8Shape<R, H, CONS>;
   extern __shared__ __align__(16) unsigned char smem_raw[];  // the declaration kernel_sm90.cuh shares
   auto& sm = *reinterpret_cast<I8Smem<R, H, CONS>*>(smem_raw);
-  const SeqView sv{args.qsl, args.row_ends, args.num_seqs, args.num_rows};
+  const SeqView sv{args.qsl, args.row_ends, args.num_seqs, args.num_rows, args.key_cap};
   const int tid = threadIdx.x, lane = tid & 31;
   if (tid == 0) {
 #pragma unroll

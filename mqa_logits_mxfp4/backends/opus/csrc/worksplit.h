@@ -9,8 +9,10 @@
 // part-th of `parts` equal cuts of each piece's tiles.
 //
 // Host-and-device code: tests/opus_host_check.cpp runs it with g++ against worksplit/rules.py.
-// Every read of query_start_loc is clamped into [0, num_rows] (the device-side row guard: a
-// caller-contract violation can waste work but never index outside the row tensors).
+// Every read of query_start_loc is clamped into [0, num_rows] and of row_ends into
+// [0, key_cap] (the device-side guards, worksplit/rules.py's seq_start / row_end: a
+// caller-contract violation can waste work but never index outside the row tensors or past
+// the keys a launch may score).
 #pragma once
 
 #include <stdint.h>
@@ -45,13 +47,15 @@ struct SeqView {
   const int32_t* row_ends;
   int num_seqs;
   int num_rows;
+  int key_cap = 0x7FFFFFFF;  // LaunchArgs::key_cap in the kernels
 
   OPUS_HD int start(int b) const { return imin(imax(qsl[b], 0), num_rows); }
+  OPUS_HD int end_of(int r) const { return imin(imax(row_ends[r], 0), key_cap); }
   // (qa, qb, end) of sequence b with qa <= qb <= num_rows
   OPUS_HD void bounds(int b, int& qa, int& qb, int& end) const {
     qa = start(b);
     qb = imax(start(b + 1), qa);
-    end = qb > qa ? imax(row_ends[qb - 1], 0) : 0;
+    end = qb > qa ? end_of(qb - 1) : 0;
   }
   OPUS_HD int units(int b, int rows) const {
     int qa, qb, end;
@@ -121,7 +125,7 @@ struct PrefillIter {
     p.b = b;
     p.r0 = imax(row0, qa);
     p.r1 = imin(chunk_end, qb);
-    const int end = p.r1 > p.r0 ? imax(sv.row_ends[p.r1 - 1], 0) : 0;
+    const int end = p.r1 > p.r0 ? sv.end_of(p.r1 - 1) : 0;
     const int ntiles = cdiv_nonneg(end, kBlockN);
     p.t0 = int((int64_t)part * ntiles / parts);
     p.t1 = int((int64_t)(part + 1) * ntiles / parts);
