@@ -20,7 +20,7 @@ from .dispatch.config_cache import mqa_logits_mxfp4_config
 from .dispatch.schedule import MqaLogitsSchedule, mqa_logits_mxfp4_schedule
 from .formats import dequantize_mxfp4, quantize_mxfp4
 
-__version__ = "0.1.0"  # pyproject.toml reads it from here; docs/contract.md carries the same
+__version__ = "0.2.0"  # pyproject.toml reads it from here; docs/contract.md carries the same
 
 
 def reload() -> None:

@@ -5,6 +5,7 @@ Backends import core/ and worksplit/, never dispatch/ (tests/test_structure.py c
 
 from __future__ import annotations
 
+import abc
 import math
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -51,15 +52,16 @@ class Backend(Protocol):
         """Score on the device; inputs are already checked."""
 
 
-class BackendBase:
+class BackendBase(abc.ABC):
     """What the backends share: instance lookup, the attribute rules, the grid sizes and the
     Table records (one kernel for all, worksplit/records.py). A backend sets `name` and
     implements available, instances, supports, ranked_picks and launch."""
 
     name: str
 
+    @abc.abstractmethod
     def instances(self) -> tuple[Instance, ...]:
-        raise NotImplementedError
+        """Every instance the backend registers (on any arch)."""
 
     def instance_supports(self, inst: Instance, key: ProblemKey) -> list[Reason]:
         return ok_if(attribute_rules(inst, key), inst.name)
