@@ -74,14 +74,7 @@ def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Ten
         q, q_scale = as_bytes("q", q), as_bytes("q_scale", q_scale)
         kv_cache, kv_scale = as_bytes("kv_cache", kv_cache), as_bytes("kv_scale", kv_scale)
         reject_permuted_layout(kv_cache)
-        if cfg is None:
-            cfg = config_from_tensors(q, kv_cache, block_tables, query_start_loc, out)
-        if out_offsets is not None and out is None:
-            raise InputError("out_offsets needs a caller-provided flat float32 out; got out=None")
-        alloc = out is None
-        if alloc:
-            out = torch.empty((q.shape[0] if q.dim() == 3 else 0, cfg.max_seq_len), dtype=torch.float32,
-                              device=cfg.device)
+        cfg, out, alloc = _trace_setup(q, kv_cache, block_tables, query_start_loc, cfg, out, out_offsets)
         check_inputs(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
                      row_ends, out, out_offsets)
         if sig is not None:
@@ -113,8 +106,8 @@ def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Ten
 
 
 def _trace_setup(q, kv_cache, block_tables, query_start_loc, cfg, out, out_offsets):
-    """Under torch.compile: only what the trace needs (shapes only): the config, and the out the
-    op allocates. Returns (cfg, out, alloc)."""
+    """What a call needs before its checks, from shapes only (all a torch.compile trace does):
+    the config, and the out the op allocates. Returns (cfg, out, alloc)."""
     if cfg is None:
         cfg = config_from_tensors(q, kv_cache, block_tables, query_start_loc, out)
     if out_offsets is not None and out is None:
