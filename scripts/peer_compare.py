@@ -85,7 +85,7 @@ def main() -> int:
             if cfg is None:
                 print(f"  {spec} {name}: skipped: {why}")
                 continue
-            fn = (lambda c=cfg: mx.mqa_logits_mxfp4(*prob.args(), cfg=c, out=out))
+            fn = (lambda c=cfg, p=prob, o=out: mx.mqa_logits_mxfp4(*p.args(), cfg=c, out=o))
             try:
                 out.fill_(float("nan"))
                 fn()

@@ -14,6 +14,7 @@ from mqa_logits_mxfp4.core.problem import ProblemKey, device_facts
 from mqa_logits_mxfp4.dispatch import registry
 from mqa_logits_mxfp4.dispatch.config import make_config
 from mqa_logits_mxfp4.problems import make_problem
+from mqa_logits_mxfp4.reference import compare_to_reference, mqa_logits_reference
 
 POISON = -7777.0
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
@@ -99,6 +100,23 @@ def run(prob, cfg, mode: str, out=None, out_offsets=None):
     return out
 
 
+def reference(prob, cfg):
+    """The float64 reference of a problem for a config's window width."""
+    return mqa_logits_reference(*prob.args(), max_seq_len=cfg.max_seq_len,
+                                pages_per_block=prob.pages_per_block, gather=prob.gather)
+
+
+def run_and_check(prob, pair, mode: str):
+    """One poisoned call of `pair` in `mode`: within the tolerance of the reference, and nothing
+    written outside the live windows. Returns out."""
+    cfg = config(prob, pair, mode)
+    out = run(prob, cfg, mode)
+    ref = reference(prob, cfg)
+    assert compare_to_reference(out, ref) == []
+    assert_untouched_outside(out, ref, prob.live_rows)
+    return out
+
+
 def assert_untouched_outside(out, ref, live_rows: int):
     """Every cell outside live windows still holds the poison, bit for bit."""
     inside = torch.zeros(out.shape, dtype=torch.bool, device=out.device)
@@ -109,4 +127,4 @@ def assert_untouched_outside(out, ref, live_rows: int):
 
 
 __all__ = ["MODES", "DEVICES", "POISON", "need_device", "candidates", "instance_of", "build",
-           "config", "run", "assert_untouched_outside", "GEOMETRIES"]
+           "config", "run", "assert_untouched_outside", "GEOMETRIES", "reference", "run_and_check"]

@@ -14,18 +14,14 @@ import torch
 from mqa_logits_mxfp4 import quantize_mxfp4
 from mqa_logits_mxfp4.dispatch import registry
 from mqa_logits_mxfp4.problems import EDGE_SOURCES, make_edge_problem
-from mqa_logits_mxfp4.reference import compare_to_reference, mqa_logits_reference
+from mqa_logits_mxfp4.reference import compare_to_reference
 
 from .common import (DEVICES, MODES, assert_untouched_outside, build, candidates, config, instance_of,
-                     need_device, run)
+                     need_device, reference, run, run_and_check)
 
 CANDIDATES = candidates()
 NARROW = dict(scales=(100, 160), block_spread=2)
 
-
-def reference(prob, cfg):
-    return mqa_logits_reference(*prob.args(), max_seq_len=cfg.max_seq_len,
-                                pages_per_block=prob.pages_per_block, gather=prob.gather)
 
 
 def gaussian(prob, seed: int):
@@ -52,12 +48,7 @@ def test_narrow_scales(geometry, pair, mode, device):
     need_device(device)
     if device == "cpu" and geometry in ("h16_prefill", "h128"):
         pytest.skip("the interpreter covers the narrow-scale case on two geometries (CI time)")
-    prob = build(geometry, device, seed=hash((geometry, mode, "narrow")) % 1000, **NARROW)
-    cfg = config(prob, pair, mode)
-    out = run(prob, cfg, mode)
-    ref = reference(prob, cfg)
-    assert compare_to_reference(out, ref) == []
-    assert_untouched_outside(out, ref, prob.live_rows)
+    run_and_check(build(geometry, device, seed=hash((geometry, mode, "narrow")) % 1000, **NARROW), pair, mode)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -10,14 +10,9 @@ from mqa_logits_mxfp4.reference import (Reference, compare_to_reference, gather_
                                         mqa_logits_reference)
 
 from .common import (DEVICES, GEOMETRIES, MODES, POISON, assert_untouched_outside, build,
-                     candidates, config, instance_of, need_device, run)
+                     candidates, config, instance_of, need_device, reference, run, run_and_check)
 
 CANDIDATES = candidates()
-
-
-def reference(prob, cfg):
-    return mqa_logits_reference(*prob.args(), max_seq_len=cfg.max_seq_len,
-                                pages_per_block=prob.pages_per_block, gather=prob.gather)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -26,12 +21,7 @@ def reference(prob, cfg):
 @pytest.mark.parametrize("geometry", list(GEOMETRIES))
 def test_random_ragged(geometry, pair, mode, device):
     need_device(device)
-    prob = build(geometry, device, seed=hash((geometry, mode)) % 1000)
-    cfg = config(prob, pair, mode)
-    out = run(prob, cfg, mode)
-    ref = reference(prob, cfg)
-    assert compare_to_reference(out, ref) == []
-    assert_untouched_outside(out, ref, prob.live_rows)
+    run_and_check(build(geometry, device, seed=hash((geometry, mode)) % 1000), pair, mode)
 
 
 @pytest.mark.parametrize("device", DEVICES)
