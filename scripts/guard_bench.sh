@@ -6,7 +6,7 @@
 #    or: BASE_REF=<commit before the guards> bash scripts/guard_bench.sh   (in a git checkout)
 # BENCH_ARGS replaces the selection (default: --suite deepseek_v4 --quick, triton and opus).
 set -uo pipefail
-out=${OUT:-device-out}; mkdir -p "$out"
+out=${OUT:-device-out}; mkdir -p "$out"; out=$(cd "$out" && pwd)
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache} XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/xdg-cache}
 export PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET
@@ -21,8 +21,10 @@ rc=0
 for round in 1 2; do
   for tag in before after; do
     tree=$([[ $tag == before ]] && echo "$base" || echo "$PWD")
-    PYTHONPATH=$tree python3 -m mqa_logits_mxfp4 bench "${args[@]}" --no-torch-path \
-      --csv "$out/guard-$tag-$round.csv" >"$out/guard-$tag-$round.log" 2>&1
+    # from inside the tree: `python -m` puts the working directory first on sys.path
+    (cd "$tree" && PYTHONPATH=$tree python3 -c "import mqa_logits_mxfp4 as m; print('package', m.__file__)" &&
+      PYTHONPATH=$tree python3 -m mqa_logits_mxfp4 bench "${args[@]}" --no-torch-path \
+      --csv "$out/guard-$tag-$round.csv") >"$out/guard-$tag-$round.log" 2>&1
     r=$?; echo "bench $tag, round $round: rc=$r"; rc=$((rc | r))
   done
 done
