@@ -3,6 +3,7 @@
 # the package and built opus): the sections that say what bounds a kernel (speed of light,
 # occupancy, warp stalls, issue slots, instruction mix, memory, stall sampling by SASS line).
 # Usage: bash scripts/device_profile.sh SUITE "SHAPE" backend/instance/mode [...]   -> $OUT/ncu-<instance>.txt
+# NCU_PAGE=raw prints every metric the sections collect (the stall reasons among them) instead.
 set -uo pipefail
 out=${OUT:-device-out}; mkdir -p "$out"
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache} PYTHONUNBUFFERED=1
@@ -15,7 +16,7 @@ for cand in "$@"; do
   ncu --clock-control none -k regex:mqa_logits --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
       --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-      --section InstructionStats --section SourceCounters --page details \
+      --section InstructionStats --section SourceCounters --page "${NCU_PAGE:-details}" \
       python3 scripts/profile_case.py "$suite" "$shape" "$cand" >"$out/ncu-$inst.txt" 2>&1
   s=$?; rc=$((rc | s)); echo "ncu $cand: rc=$s, $(wc -l <"$out/ncu-$inst.txt") lines"
 done

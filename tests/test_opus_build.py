@@ -129,10 +129,10 @@ def test_default_rule_per_arch():
     assert decode[0][0].name == "sm90_i8_r2w12" and {m for _, m in decode} == {"free"}  # fewest rows holding MTP 2
     names = [i.name for i, _ in decode]
     assert names.index("sm90_fp8_r1w4") < names.index("sm90_fold_r2w4")  # then the mma.sync bodies as before
-    assert [i.family for i, _ in decode[:4]] == ["i8"] * 3 + ["fp8"]  # r8 holds <= 32 heads
+    assert [i.family for i, _ in decode[:5]] == ["i8"] * 4 + ["fp8"]  # r8 holds <= 32 heads
     prefill = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, pages_per_block=32, max_qlen=4096, max_rows=4096))
     assert prefill[0] == (next(i for i in INSTANCES if i.name == "sm90_i8_r8w12"), "prefill")  # widest first
-    assert [i.family for i, _ in prefill][:7] == ["i8"] * 4 + ["fold"] * 3
+    assert [i.family for i, _ in prefill][:8] == ["i8"] * 5 + ["fold"] * 3
     gather = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, gather=True))
     assert {i.rows for i, _ in gather} == {1}
     assert BACKEND.ranked_picks(sm90_key(arch="gfx950"))[0][0].name == "gfx950_mxf4_r2w2"
@@ -516,7 +516,9 @@ def check_i8_kernel(k: dict, what: str) -> None:
     """The wgmma body: per-piece state may sit in local memory (the walk across the role split),
     nothing inside the consumers' stage loop nor the producer's; INT8 wgmma of 64 x min(rows x
     heads, 64) x 32 with A from registers, four k-slices a chunk on each path."""
-    assert k["stack"] <= 64, f"{what}: {k['stack']} bytes of stack"
+    # w16: the producer warpgroup keeps 24 registers, and the walk's state outside its stage
+    # loop goes to local memory
+    assert k["stack"] <= (64 if k["warps"] <= 12 else 128), f"{what}: {k['stack']} bytes of stack"
     if "mma" not in k:
         return  # no cuobjdump here
     assert k["loop_local"] == 0, f"{what}: local memory inside the consumers' stage loop"

@@ -134,3 +134,32 @@ def test_i8_paths_taken(data, pair, mode):
         assert fast == 0 and canonical > 0, (fast, canonical)
     else:
         assert fast > 0 and canonical >= 1, (fast, canonical)
+
+
+def misaligned(t: torch.Tensor, offset: int) -> torch.Tensor:
+    """The same values in a buffer `offset` bytes past a 16-byte boundary."""
+    flat = torch.zeros(t.numel() + 16, dtype=t.dtype, device=t.device)
+    view = flat[offset:offset + t.numel()].view(t.shape)
+    view.copy_(t)
+    return view
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("pair", I8)
+def test_i8_unaligned_scales(pair, mode):
+    """The i8 producer copies whole page chunks in bulk when kv_scale is 16-byte aligned, and key
+    by key when it is only 4-byte aligned (what opus requires; kv_cache must be 16-byte aligned):
+    both give the same bits, within the tolerance."""
+    if not torch.cuda.is_available() or registry.get("opus").available() is not None:
+        pytest.skip("the opus backend on a GPU")
+    prob = plant_wide(build("v4_decode", "cuda", seed=57, **NARROW))
+    cfg = config(prob, pair, mode)
+    aligned = run(prob, cfg, mode)
+    assert compare_to_reference(aligned, reference(prob, cfg)) == []
+    for offset in (4, 8):
+        shifted = prob.__class__(**{**prob.__dict__, "kv_scale": misaligned(prob.kv_scale, offset)})
+        assert shifted.kv_scale.data_ptr() % 16 == offset
+        out = run(shifted, cfg, mode)
+        same = out.view(torch.int32) == aligned.view(torch.int32)  # bit for bit, NaN cells too
+        assert bool(same.all()), f"offset {offset}: {int((~same).sum())} cells differ"

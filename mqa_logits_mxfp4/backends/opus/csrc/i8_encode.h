@@ -19,7 +19,7 @@ namespace opus {
 
 // The four lookup words for shift d: bytes 0..7 of {pos_lo, pos_hi} are 2 * |E2M1(m)| * 2^d for
 // magnitude code m, bytes of {neg_lo, neg_hi} their negations (two's complement).
-struct I8Table {
+struct alignas(16) I8Table {
   uint32_t pos_lo, pos_hi, neg_lo, neg_hi;
 };
 

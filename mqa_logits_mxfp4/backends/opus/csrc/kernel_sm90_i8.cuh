@@ -1,7 +1,7 @@
 // sm_90a body on INT8 wgmma (family i8): a producer warpgroup gathers paged key tiles into a
-// ring of shared-memory stages with cp.async; consumer warpgroups convert each key tile into
-// INT8 A fragments in registers and issue wgmma against the group's INT8 query operand (B, in
-// shared memory), then run the epilogue.
+// ring of shared-memory stages with bulk copies (the TMA unit); consumer warpgroups convert each
+// key tile into INT8 A fragments in registers and issue wgmma against the group's INT8 query
+// operand (B, in shared memory), then run the epilogue.
 //
 // Two paths a tile, chosen by the whole consumer warpgroup (docs/numerics.md, "Integer tiles"):
 //   fast      every key and head of the tile has its four block scales within 2^3 of its
@@ -17,13 +17,15 @@
 // Roles (warpgroup 0 produces, warpgroups 1..CONS consume):
 //   schedule  every thread walks the same pieces (worksplit.h); the tiles of a piece go round
 //             robin to the consumer warpgroups, tile t0 + c + k * CONS to consumer c.
-//   producer  warp c of warpgroup 0 fills consumer c's stages: 64 keys x 64 bytes through the
-//             block table (a key's four 16-byte blocks XOR-swizzled by (key / 2) % 4, so the
-//             consumers' reads hit 32 banks) and the 64 scale words; a key the table sends
-//             outside the cache gets NaN scales and zeros, nothing is read for it.
+//   producer  warp c of warpgroup 0 fills consumer c's stages (128 keys each): per chunk of
+//             min(page size, 64) keys of one page, one table lookup and two bulk copies (key
+//             rows, scale words) onto the stage's barrier; a chunk the table sends outside the
+//             cache gets NaN scales and is not read. (A kv_scale that is only 4-byte aligned
+//             is copied key by key with cp.async instead.)
 //   consumer  per piece: the group's query operand, weights and factors into shared memory;
-//             per tile: scales and key bytes from the stage, release the stage, vote the path,
-//             convert, wgmma, epilogue, store.
+//             per stage: scales and key bytes from the stage, release it, vote the path; on the
+//             fast path per 64-key M block and 64-column chunk: convert, wgmma, and the previous
+//             unit's epilogue and store while this one's wgmma runs.
 #pragma once
 
 #include "args.h"
@@ -60,7 +62,9 @@ struct I8Shape {
   static constexpr int NT = NC / 8;                // 8-column groups of a chunk
   static constexpr int MB = 2;                     // 64-key M blocks (one 64-key tile each) a stage
   static constexpr int KEYS = 64 * MB;             // keys a stage
-  static constexpr int STAGES = 4;
+  // A ring a consumer: deep enough to cover a block-table read plus a DRAM round trip at the
+  // bandwidth floor (three consumers' rings must fit 227 KB)
+  static constexpr int STAGES = CONS == 3 ? 6 : 8;
   static constexpr int CT = 128 * CONS;            // consumer threads
   static constexpr int THREADS = 128 + CT;
   // The fast path keeps its weights in registers only with one 64-key M block's worth of columns:
@@ -84,7 +88,7 @@ struct I8Shape {
 // One stage: two consecutive 64-key tiles of a piece (the second may lie past the piece: dead).
 template <int KEYS>
 struct I8Stage {
-  uint8_t raw[KEYS * kHeadBytes];  // key k's block b at k * 64 + 16 * (b ^ ((k >> 1) & 3))
+  uint8_t raw[KEYS * kHeadBytes];  // key k's block b at k * 64 + 16 * b, as in the cache page
   uint32_t scale[KEYS];            // the key's four E8M0 bytes
 };
 
@@ -162,37 +166,72 @@ struct I8Producer {
   const LaunchArgs& args;
   I8Smem<R, H, CONS>& sm;
   int c, lane;
+  bool bulk;  // the cache's bases are 16-byte aligned: whole chunks by bulk copy
   int iter = 0;
 
-  // Keys [n0, n0 + KEYS): lane l takes keys l, l + 32, ...; all of them share the swizzle
-  // term (key / 2) % 4 = (l / 2) % 4.
-  OPUS_DEV void load_stage(I8Stage<S::KEYS>& st, const int32_t* bt_row, int n0, int kend) const {
-    const int sw = (lane >> 1) & 3;
-    uint8_t* dst = st.raw + lane * kHeadBytes;
-#pragma unroll
-    for (int q = 0; q < S::KEYS / 32; ++q) {
-      const int kk = lane + 32 * q, n = n0 + kk;
+  // Keys [n0, n0 + KEYS) in chunks of L = min(page size, 64) keys, each inside one page and
+  // contiguous there: lane l copies chunk l with two bulk copies (its 64-byte key rows and its
+  // scale words) that land on the stage's `full` barrier. A chunk at or past `kend` is not
+  // read (the consumers ignore those keys); a chunk whose page lies outside the cache gets NaN
+  // scales and no read.
+  OPUS_DEV int chunk_keys() const { return imin(args.page_size, 64); }  // a power of two, 8..64
+  // The cache slot of this lane's chunk of the stage at n0: -2 not read, -1 outside the cache.
+  OPUS_DEV long long chunk_slot(const int32_t* bt_row, int n0, int kend) const {
+    const int k0 = lane * chunk_keys(), n = n0 + k0;
+    return k0 < S::KEYS && n < kend ? key_slot(args, bt_row, n) : -2;
+  }
+  OPUS_DEV void load_stage_bulk(I8Stage<S::KEYS>& st, uint64_t* full, long long slot) const {
+    const int L = chunk_keys(), k0 = lane * L;
+    const uint32_t bytes = slot >= 0 ? uint32_t(L * (kHeadBytes + 4)) : 0u;
+    const uint32_t total = __reduce_add_sync(0xFFFFFFFFu, bytes);
+    if (lane == 0) mbar_expect_tx(full, total);
+    __syncwarp();  // the phase expects every byte before any copy can land
+    if (slot >= 0) {
+      bulk_copy(st.raw + k0 * kHeadBytes, args.kv + slot * kHeadBytes, uint32_t(L * kHeadBytes), full);
+      bulk_copy(&st.scale[k0], args.kv_scale + slot * kScaleBlocks, uint32_t(L * 4), full);
+    } else if (slot == -1) {
+      for (int i = 0; i < L; i += 4) *reinterpret_cast<uint4*>(&st.scale[k0 + i]) = make_uint4(~0u, ~0u, ~0u, ~0u);
+      fence_async_smem();  // before the bulk copies that reuse this stage later
+    }
+    mbar_arrive(full);
+  }
+
+  // The same stage key by key with cp.async, for a kv_scale that is only 4-byte aligned:
+  // lane l takes keys l, l + 32, ...; a key at or past `kend` gets zeros and finite scales, one
+  // outside the cache zeros and NaN scales; nothing is read for either.
+  OPUS_DEV void load_stage_keys(I8Stage<S::KEYS>& st, uint64_t* full, const int32_t* bt_row, int n0, int kend) const {
+#pragma unroll 1
+    for (int kk = lane; kk < S::KEYS; kk += 32) {
+      const int n = n0 + kk;
       long long slot = -2;  // dead
       if (n < kend) slot = key_slot(args, bt_row, n);  // -1: outside the cache
       const bool ok = slot >= 0;
       const uint8_t* src = ok ? args.kv + slot * kHeadBytes : args.kv;
 #pragma unroll
-      for (int b = 0; b < kScaleBlocks; ++b)
-        cp_async16(dst + 32 * kHeadBytes * q + 16 * (b ^ sw), src + 16 * b, ok ? 16u : 0u);
+      for (int b = 0; b < kScaleBlocks; ++b) cp_async16(st.raw + kk * kHeadBytes + 16 * b, src + 16 * b, ok ? 16u : 0u);
       cp_async4(&st.scale[kk], ok ? static_cast<const void*>(args.kv_scale + slot * kScaleBlocks)
                                   : static_cast<const void*>(&kI8SpecialScales[slot == -1 ? 1 : 0]));
     }
+    cp_async_arrive(full);
   }
 
   OPUS_DEV void piece(const Piece& p) {
     const int kend = piece_key_end<R>(args, p);
     const int32_t* bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;
+    constexpr int STEP = S::KEYS * CONS;
+    int n0 = (p.t0 + S::MB * c) * kBlockN;
+    long long slot = bulk ? chunk_slot(bt_row, n0, kend) : -2;
 #pragma unroll 1
-    for (int n0 = (p.t0 + S::MB * c) * kBlockN; n0 < kend; n0 += S::KEYS * CONS, ++iter) {
+    for (; n0 < kend; n0 += STEP, ++iter) {
+      // the next stage's table entry is read while this stage waits for its slot and copies
+      const long long next = bulk ? chunk_slot(bt_row, n0 + STEP, kend) : -2;
       const int s = iter % S::STAGES;
       mbar_wait(&sm.empty[c][s], ((iter / S::STAGES) & 1) ^ 1);
-      load_stage(sm.stage[c][s], bt_row, n0, kend);
-      cp_async_arrive(&sm.full[c][s]);
+      if (bulk)
+        load_stage_bulk(sm.stage[c][s], &sm.full[c][s], slot);
+      else
+        load_stage_keys(sm.stage[c][s], &sm.full[c][s], bt_row, n0, kend);
+      slot = next;
     }
   }
 };
@@ -317,9 +356,8 @@ struct I8Consumer {
 
   // Keys of this thread in M block mb: rows g (k = 0) and g + 8 (k = 1) of the warp's 16.
   OPUS_DEV int key_of(int mb, int k) const { return 64 * mb + 16 * warp + g + 8 * k; }
-  // Byte offset in a stage of block t of key_of(0, 0); the other keys share its swizzle term
-  // ((key / 2) % 4 is the same for g, g + 8, g + 64 and g + 72), so they sit at fixed distances.
-  OPUS_DEV int raw_offset() const { return key_of(0, 0) * kHeadBytes + 16 * (t ^ ((key_of(0, 0) >> 1) & 3)); }
+  // Byte offset in a stage of block t of key_of(0, 0) (eight lanes read two whole keys: 32 banks).
+  OPUS_DEV int raw_offset() const { return key_of(0, 0) * kHeadBytes + 16 * t; }
   static OPUS_DEV constexpr int raw_step(int mb, int k) { return (64 * mb + 8 * k) * kHeadBytes; }
 
   // A fragments of M block mb: a[j] for k-slice j; registers 0/2 hold key k0's block t word j
@@ -361,55 +399,90 @@ struct I8Consumer {
         for (int i = 0; i < S::ACC; ++i) pin(acc[m][ch][i]);
   }
 
-  // Fast epilogue of one M block: relu of the exact dot, times w', summed over the thread's heads.
-  OPUS_DEV void fast_sums(const int32_t (&acc)[S::CHUNKS][S::ACC], float (&rs)[R][2]) const {
+  // ---- the fast path, one unit (an M block's 64 keys x one chunk of NC columns) at a time.
+  // Unit u of a stage is M block u / CHUNKS, chunk u % CHUNKS, accumulated in acc[u & 1]: the
+  // wgmma of unit u runs while the epilogue of unit u - 1 does (and M block 1's conversion while
+  // unit 0's wgmma does). The stage drains before it ends: a wgmma in flight across the stage
+  // loop makes ptxas serialize every wgmma of the kernel (C7514/C7518).
+  static constexpr int UNITS = S::MB * S::CHUNKS;
+  static constexpr int RPC = S::NC >= H ? S::NC / H : 1;  // rows a chunk ends (H = 2 NC: one)
+  int32_t acc[2][S::ACC];
+  uint32_t afr[S::MB][4][4];
+  float keep[2];                 // H = 2 NC: the row's first-chunk sums of keys g, g + 8
+
+  // relu of the exact dot, times w', summed over the thread's heads of the chunk's rows.
+  OPUS_DEV void unit_sums(const int32_t (&ac)[S::ACC], int ch, float (&rs)[RPC][2]) const {
 #pragma unroll
-    for (int r = 0; r < R; ++r) rs[r][0] = rs[r][1] = 0.0f;
+    for (int r = 0; r < RPC; ++r) rs[r][0] = rs[r][1] = 0.0f;
 #pragma unroll
-    for (int ch = 0; ch < S::CHUNKS; ++ch) {
-#pragma unroll
-      for (int i = 0; i < S::NT; ++i) {
-        const int r = (ch * S::NC + 8 * i) / H;
-        float wv[2];
-        if constexpr (S::W_IN_REGS) {
-          wv[0] = wreg[(ch * S::NT + i) * 2];
-          wv[1] = wreg[(ch * S::NT + i) * 2 + 1];
-        } else {
-          const float2 w2 = *reinterpret_cast<const float2*>(&sm.wfast[ch * S::NC + 8 * i + 2 * t]);
-          wv[0] = w2.x;
-          wv[1] = w2.y;
-        }
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float x = fmaxf(__int2float_rn(acc[ch][4 * i + 2 * kk + e]), 0.0f);
-            rs[r][kk] = fmaf(x, wv[e], rs[r][kk]);
-          }
+    for (int i = 0; i < S::NT; ++i) {
+      const int lr = H >= S::NC ? 0 : (8 * i) / H;
+      float wv[2];
+      if constexpr (S::W_IN_REGS) {
+        wv[0] = wreg[(ch * S::NT + i) * 2];
+        wv[1] = wreg[(ch * S::NT + i) * 2 + 1];
+      } else {
+        const float2 w2 = *reinterpret_cast<const float2*>(&sm.wfast[ch * S::NC + 8 * i + 2 * t]);
+        wv[0] = w2.x;
+        wv[1] = w2.y;
       }
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float x = fmaxf(__int2float_rn(ac[4 * i + 2 * kk + e]), 0.0f);
+          rs[lr][kk] = fmaf(x, wv[e], rs[lr][kk]);
+        }
     }
   }
 
-  // The quad's partial sums of (M block, row, key) -> each lane the full sums of one key
-  // (M block (t >> 1) & 1, k = t & 1) for every row, times 2^(kmin - 129), stored.
-  OPUS_DEV void store_fast(const float (&rs)[S::MB][R][2], int kmin_own, int n0) const {
-    const bool k_own = t & 1, mb_own = t & 2;
-    float v[S::MB][R];
-#pragma unroll
-    for (int m = 0; m < S::MB; ++m)
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float send = k_own ? rs[m][r][0] : rs[m][r][1];
-        v[m][r] = fadd_rn(k_own ? rs[m][r][1] : rs[m][r][0], warp_xor(send, 1));
+  // The quad's partial sums of row r for keys g, g + 8 of M block mb -> lanes t = 0, 1 store
+  // key g + 8t, times its scale.
+  OPUS_DEV void store_row(int r, const float (&rs)[2], int n0, int mb, float scale) const {
+    const bool k_own = t & 1;
+    float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));
+    v = fadd_rn(v, warp_xor(v, 2));
+    const int n = n0 + key_of(mb, k_own ? 1 : 0);
+    if (t < 2 && n < sm.rend[r]) args.out[sm.obase[r] + n] = fmul_rn(v, scale);
+  }
+
+  // The epilogue of unit u (its wgmma has retired).
+  OPUS_DEV void retire(int u, int n0, float scale) {
+    const int mb = u / S::CHUNKS, ch = u % S::CHUNKS;
+    float rs[RPC][2];
+    unit_sums(acc[u & 1], ch, rs);
+    if constexpr (H == 2 * S::NC) {
+      if ((ch & 1) == 0) {
+        keep[0] = rs[0][0];
+        keep[1] = rs[0][1];
+        return;
       }
-    const float scale = __uint_as_float(uint32_t(kmin_own - 2) << 23);
-    const int n = n0 + key_of(mb_own ? 1 : 0, k_own ? 1 : 0);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float send = mb_own ? v[0][r] : v[1][r];
-      const float sum = fadd_rn(mb_own ? v[1][r] : v[0][r], warp_xor(send, 2));
-      if (n < sm.rend[r]) args.out[sm.obase[r] + n] = fmul_rn(sum, scale);
+      rs[0][0] = fadd_rn(keep[0], rs[0][0]);
+      rs[0][1] = fadd_rn(keep[1], rs[0][1]);
     }
+#pragma unroll
+    for (int lr = 0; lr < RPC; ++lr) store_row(H >= S::NC ? ch * S::NC / H : ch * RPC + lr, rs[lr], n0, mb, scale);
+  }
+
+  OPUS_DEV void fast_stage(const uint4 (&raw)[S::MB][2], const int (&d)[S::MB][2], const float (&scale)[S::MB], int n0) {
+#pragma unroll
+    for (int u = 0; u < UNITS; ++u) {
+      const int mb = u / S::CHUNKS, ch = u % S::CHUNKS;
+      if (ch == 0) convert(raw[mb][0], raw[mb][1], d[mb][0], d[mb][1], afr[mb]);
+      wgmma_fence();
+      mma_chunk<S::NC>(acc[u & 1], afr[mb], ch);
+      wgmma_commit();
+      if (u > 0) {
+        wgmma_wait<1>();
+#pragma unroll
+        for (int i = 0; i < S::ACC; ++i) pin(acc[(u - 1) & 1][i]);
+        retire(u - 1, n0, scale[(u - 1) / S::CHUNKS]);
+      }
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < S::ACC; ++i) pin(acc[(UNITS - 1) & 1][i]);
+    retire(UNITS - 1, n0, scale[S::MB - 1]);
   }
 
   // The canonical head tree of one (row, key) over x[H/8][2] (heads 8i + 2t + e).
@@ -519,13 +592,16 @@ struct I8Consumer {
     const Stage& st = sm.stage[c][s];
     const uint8_t* scale_bytes = reinterpret_cast<const uint8_t*>(st.scale);
     // Each lane judges one key of the warp's 32 (M block lane / 16, row lane % 16) and hands its
-    // smallest scale byte to the lanes that convert it.
-    const uint32_t my_scale = st.scale[64 * (lane >> 4) + 16 * warp + (lane & 15)];
+    // smallest scale byte to the lanes that convert it. Keys at or past kend are not scored:
+    // their bytes (stale, or the page's next keys) take no part in the vote.
+    const int my_key = 64 * (lane >> 4) + 16 * warp + (lane & 15);
+    const uint32_t my_scale = st.scale[my_key];
     const int my_kmin = min4(my_scale);
     bool fast = false;
     if (khi > 0) {  // uniform: the group's verdict
       const int my_kmax = max4(my_scale);
-      fast = bar_and(2 + c, 128, my_kmax - my_kmin <= kI8Spread && my_kmin >= kI8Lo && my_kmax <= khi);
+      const bool ok = n0 + my_key >= kend || (my_kmax - my_kmin <= kI8Spread && my_kmin >= kI8Lo && my_kmax <= khi);
+      fast = bar_and(2 + c, 128, ok);
     }
     const uint8_t* raw_base = st.raw + raw_offset();
     uint4 raw[S::MB][2];
@@ -535,44 +611,21 @@ struct I8Consumer {
       for (int k = 0; k < 2; ++k) raw[m][k] = *reinterpret_cast<const uint4*>(raw_base + raw_step(m, k));
     if (args.path_stats != nullptr && ct % 128 == 0) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);
     if (fast) {
-      int kmin[S::MB][2], d[S::MB][2];
+      int d[S::MB][2];
+      float scale[S::MB];
 #pragma unroll
-      for (int m = 0; m < S::MB; ++m)
+      for (int m = 0; m < S::MB; ++m) {
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
-          kmin[m][k] = warp_bcast(my_kmin, 16 * m + g + 8 * k);
-          d[m][k] = int(scale_bytes[4 * key_of(m, k) + t]) - kmin[m][k];
+          const int kmin = warp_bcast(my_kmin, 16 * m + g + 8 * k);
+          d[m][k] = (int(scale_bytes[4 * key_of(m, k) + t]) - kmin) & 3;  // 0..3 on every scored key
         }
-      mbar_arrive(&sm.empty[c][s]);
-      const int kmin_own = warp_bcast(my_kmin, 16 * ((t >> 1) & 1) + g + 8 * (t & 1));
-      float rs[S::MB][R][2];
-      if constexpr (S::BOTH_MB) {
-        uint32_t a[S::MB][4][4];
-        int32_t acc[S::MB][S::CHUNKS][S::ACC];
-#pragma unroll
-        for (int m = 0; m < S::MB; ++m) convert(raw[m][0], raw[m][1], d[m][0], d[m][1], a[m]);
-        wgmma_fence();
-#pragma unroll
-        for (int m = 0; m < S::MB; ++m)
-#pragma unroll
-          for (int ch = 0; ch < S::CHUNKS; ++ch) mma_chunk<S::NC>(acc[m][ch], a[m], ch);
-        wait_pin<S::MB>(acc);
-#pragma unroll
-        for (int m = 0; m < S::MB; ++m) fast_sums(acc[m], rs[m]);
-      } else {
-#pragma unroll
-        for (int m = 0; m < S::MB; ++m) {
-          uint32_t a[4][4];
-          int32_t acc[1][S::CHUNKS][S::ACC];
-          convert(raw[m][0], raw[m][1], d[m][0], d[m][1], a);
-          wgmma_fence();
-#pragma unroll
-          for (int ch = 0; ch < S::CHUNKS; ++ch) mma_chunk<S::NC>(acc[0][ch], a, ch);
-          wait_pin<1>(acc);
-          fast_sums(acc[0], rs[m]);
-        }
+        // the key this lane stores (key_of(m, t & 1)): its scale 2^(kmin - 129)
+        const int kmin_own = warp_bcast(my_kmin, 16 * m + g + 8 * (t & 1));
+        scale[m] = __uint_as_float(uint32_t(imax(kmin_own, 2) - 2) << 23);
       }
-      store_fast(rs, kmin_own, n0);
+      mbar_arrive(&sm.empty[c][s]);
+      fast_stage(raw, d, scale, n0);
     } else {
       uint32_t sc[S::MB][2];
 #pragma unroll
@@ -582,9 +635,8 @@ struct I8Consumer {
       mbar_arrive(&sm.empty[c][s]);
 #pragma unroll
       for (int m = 0; m < S::MB; ++m) {
-        uint32_t a[4][4];
-        convert(raw[m][0], raw[m][1], 0, 0, a);
-        canonical_mb(a, sc[m][0], sc[m][1], n0, m);
+        convert(raw[m][0], raw[m][1], 0, 0, afr[0]);
+        canonical_mb(afr[0], sc[m][0], sc[m][1], n0, m);
       }
     }
   }
@@ -632,7 +684,8 @@ __global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const 
   if (tid < 128) {
     regs_shrink<S::PRODUCER_REGS>();
     if (tid / 32 >= CONS) return;
-    I8Producer<R, H, CONS> prod{args, sm, tid / 32, lane};
+    const bool bulk = ((reinterpret_cast<uintptr_t>(args.kv) | reinterpret_cast<uintptr_t>(args.kv_scale)) & 15) == 0;
+    I8Producer<R, H, CONS> prod{args, sm, tid / 32, lane, bulk};
     while (walk.next(sv, R, p))
       if (p.r1 > p.r0 && p.t1 > p.t0) prod.piece(p);
     asm volatile("cp.async.wait_all;" ::: "memory");  // nothing in flight when the warp exits

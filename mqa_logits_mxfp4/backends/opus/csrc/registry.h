@@ -20,10 +20,11 @@
 //                largest of its key / head, where that is exact (docs/numerics.md, "Folded
 //                scales"); the f16 path elsewhere. rows x heads <= 128 (two query operands)
 //           i8   sm90a INT8 wgmma (kernel_sm90_i8.cuh): a producer warpgroup gathers key tiles
-//                into a 4-stage ring, two consumer warpgroups convert them to INT8 and run one
-//                exact K = 128 chain a tile where the block scales fit 3-bit shifts (not the
-//                canonical order; within the tolerance), the canonical steps elsewhere. One CTA
-//                an SM, 12 warps
+//                into 4-stage rings, two (w12) or three (w16: 160 registers a thread,
+//                one row of <= 64 heads) consumer warpgroups convert them
+//                to INT8 and run one exact K = 128 chain a tile where the block scales differ by
+//                shifts of 0-3 (not the canonical order; within the tolerance), the canonical steps
+//                elsewhere. One CTA an SM
 //           mxf4 one scaled MFMA 32x32x64 a scale block on raw E2M1 operands, unit
 //                hardware scales (the E8M0 scales are applied on the VALU)
 //   rows    rows of one sequence per row group (they share every loaded key tile)
@@ -56,6 +57,8 @@
   X(13, sm90_fold_r1w4,    sm90,   fold, 1, 4, 64, 2, 4, 0x7)                  \
   X(14, sm90_fold_r2w4,    sm90,   fold, 2, 4, 64, 2, 3, 0x7)                  \
   X(15, sm90_fold_r4w4,    sm90,   fold, 4, 4, 64, 2, 3, 0x3)                  \
+  /* w16 before w12: 10% faster at one row (docs/perf-notes.md); ties keep this order */ \
+  X(20, sm90_i8_r1w16,     sm90,   i8,   1, 16, 64, 4, 1, 0x7)                 \
   X(16, sm90_i8_r1w12,     sm90,   i8,   1, 12, 64, 4, 1, 0xF)                 \
   X(17, sm90_i8_r2w12,     sm90,   i8,   2, 12, 64, 4, 1, 0xF)                 \
   X(18, sm90_i8_r4w12,     sm90,   i8,   4, 12, 64, 4, 1, 0x7)                 \

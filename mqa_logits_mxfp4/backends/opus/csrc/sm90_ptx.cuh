@@ -1,5 +1,5 @@
-// sm_90a PTX the Hopper bodies use, one thin wrapper each: mbarriers, cp.async into a
-// barrier, named barriers, register reallocation, and integer wgmma with A in registers.
+// sm_90a PTX the Hopper bodies use, one thin wrapper each: mbarriers, bulk copies and cp.async
+// into a barrier, named barriers, register reallocation, and integer wgmma with A in registers.
 // Device code only; compiled for sm_90a (jit.py), where `wgmma` and `setmaxnreg` exist.
 #pragma once
 
@@ -37,6 +37,18 @@ OPUS_DEV void mbar_wait(uint64_t* bar, uint32_t parity) {
 // (.noinc: the arrival is one of the barrier's expected count).
 OPUS_DEV void cp_async_arrive(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// The barrier's current phase also waits for `bytes` more bytes of bulk copies (complete_tx).
+OPUS_DEV void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+// ---- bulk copies (the TMA unit, global -> shared): `bytes` a multiple of 16, both addresses
+// 16-byte aligned; the bytes count against the barrier's phase when they land.
+OPUS_DEV void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
 }
 
 // ---- cp.async (global -> shared, through L2)
