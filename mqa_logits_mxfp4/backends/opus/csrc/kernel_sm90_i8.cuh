@@ -71,7 +71,6 @@ struct I8Shape {
   // at 128 columns the register pressure made ptxas insert a dummy wgmma, and the fast-path sums
   // came out wrong on the H200 (rows x heads 128 then reads them from shared memory, as 256 does).
   static constexpr bool W_IN_REGS = N <= 64;
-  static constexpr bool BOTH_MB = N <= 64;         // both M blocks' accumulators live at once
   static_assert(H % 16 == 0 && H <= 128 && N <= 256, "heads 16..128, rows x heads <= 256");
   static_assert(H <= NC || H == 2 * NC, "a row spans at most two chunks");
   static_assert(CONS >= 1 && CONS <= 3, "one producer warp a consumer warpgroup");
@@ -166,7 +165,7 @@ struct I8Producer {
   const LaunchArgs& args;
   I8Smem<R, H, CONS>& sm;
   int c, lane;
-  bool bulk;  // the cache's bases are 16-byte aligned: whole chunks by bulk copy
+  bool bulk;  // kv_scale is 16-byte aligned (kv_cache always is: checks.h): chunks by bulk copy
   int iter = 0;
 
   // Keys [n0, n0 + KEYS) in chunks of L = min(page size, 64) keys, each inside one page and
@@ -387,16 +386,13 @@ struct I8Consumer {
     for (int j = 0; j < 4; ++j) WgmmaS8<NC>::run(acc, a[j], b_desc(j, ch), j > 0);
   }
 
-  template <int NMB>
-  OPUS_DEV void wait_pin(int32_t (&acc)[NMB][S::CHUNKS][S::ACC]) const {
-    wgmma_commit();
-    wgmma_wait<0>();
+  // Waits until at most PENDING committed wgmma groups are in flight, then pins `a`, the
+  // accumulator of one that has retired, so no read of it moves above the wait.
+  template <int PENDING>
+  static OPUS_DEV void retired(int32_t (&a)[S::ACC]) {
+    wgmma_wait<PENDING>();
 #pragma unroll
-    for (int m = 0; m < NMB; ++m)
-#pragma unroll
-      for (int ch = 0; ch < S::CHUNKS; ++ch)
-#pragma unroll
-        for (int i = 0; i < S::ACC; ++i) pin(acc[m][ch][i]);
+    for (int i = 0; i < S::ACC; ++i) pin(a[i]);
   }
 
   // ---- the fast path, one unit (an M block's 64 keys x one chunk of NC columns) at a time.
@@ -408,7 +404,7 @@ struct I8Consumer {
   static constexpr int RPC = S::NC >= H ? S::NC / H : 1;  // rows a chunk ends (H = 2 NC: one)
   int32_t acc[2][S::ACC];
   uint32_t afr[S::MB][4][4];
-  float keep[2];                 // H = 2 NC: the row's first-chunk sums of keys g, g + 8
+  float first_chunk[2];          // H = 2 NC: the row's first-chunk sums of keys g, g + 8
 
   // relu of the exact dot, times w', summed over the thread's heads of the chunk's rows.
   OPUS_DEV void unit_sums(const int32_t (&ac)[S::ACC], int ch, float (&rs)[RPC][2]) const {
@@ -453,12 +449,12 @@ struct I8Consumer {
     unit_sums(acc[u & 1], ch, rs);
     if constexpr (H == 2 * S::NC) {
       if ((ch & 1) == 0) {
-        keep[0] = rs[0][0];
-        keep[1] = rs[0][1];
+        first_chunk[0] = rs[0][0];
+        first_chunk[1] = rs[0][1];
         return;
       }
-      rs[0][0] = fadd_rn(keep[0], rs[0][0]);
-      rs[0][1] = fadd_rn(keep[1], rs[0][1]);
+      rs[0][0] = fadd_rn(first_chunk[0], rs[0][0]);
+      rs[0][1] = fadd_rn(first_chunk[1], rs[0][1]);
     }
 #pragma unroll
     for (int lr = 0; lr < RPC; ++lr) store_row(H >= S::NC ? ch * S::NC / H : ch * RPC + lr, rs[lr], n0, mb, scale);
@@ -473,15 +469,11 @@ struct I8Consumer {
       mma_chunk<S::NC>(acc[u & 1], afr[mb], ch);
       wgmma_commit();
       if (u > 0) {
-        wgmma_wait<1>();
-#pragma unroll
-        for (int i = 0; i < S::ACC; ++i) pin(acc[(u - 1) & 1][i]);
+        retired<1>(acc[(u - 1) & 1]);
         retire(u - 1, n0, scale[(u - 1) / S::CHUNKS]);
       }
     }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < S::ACC; ++i) pin(acc[(UNITS - 1) & 1][i]);
+    retired<0>(acc[(UNITS - 1) & 1]);
     retire(UNITS - 1, n0, scale[S::MB - 1]);
   }
 
@@ -531,10 +523,11 @@ struct I8Consumer {
         for (int j = 0; j < 4; ++j)
 #pragma unroll
           for (int k = 0; k < 4; ++k) am[j][k] = a[j][k] & mask;
-        int32_t acc[1][S::CHUNKS][S::ACC];
+        int32_t blk[S::ACC];
         wgmma_fence();
-        mma_chunk<S::NC>(acc[0][0], am, ch);
-        wait_pin<1>(acc);
+        mma_chunk<S::NC>(blk, am, ch);
+        wgmma_commit();
+        retired<0>(blk);
 #pragma unroll
         for (int i = 0; i < S::NT; ++i) {
           const int col = ch * S::NC + 8 * i + 2 * t;
@@ -545,7 +538,7 @@ struct I8Consumer {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int idx = 4 * i + 2 * kk + e;
-              const float pb = fmul_rn(__int2float_rn(acc[0][0][idx]), e ? u.y : u.x);  // the exact block partial
+              const float pb = fmul_rn(__int2float_rn(blk[idx]), e ? u.y : u.x);  // the exact block partial
               const float tv = fmul_rn(fmul_rn(pb, sk[kk][b]), e ? q.y : q.x);
               s[idx] = b == 0 ? tv : fadd_rn(s[idx], tv);
             }
@@ -684,7 +677,7 @@ __global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const 
   if (tid < 128) {
     regs_shrink<S::PRODUCER_REGS>();
     if (tid / 32 >= CONS) return;
-    const bool bulk = ((reinterpret_cast<uintptr_t>(args.kv) | reinterpret_cast<uintptr_t>(args.kv_scale)) & 15) == 0;
+    const bool bulk = (reinterpret_cast<uintptr_t>(args.kv_scale) & 15) == 0;
     I8Producer<R, H, CONS> prod{args, sm, tid / 32, lane, bulk};
     while (walk.next(sv, R, p))
       if (p.r1 > p.r0 && p.t1 > p.t0) prod.piece(p);
