@@ -37,6 +37,16 @@ _ACCEPTED: dict[tuple, MqaLogitsConfig] = {}
 _ACCEPTED_MAX = 4096
 
 
+def _accept(sig, cfg) -> None:
+    """Remember a signature that passed check_inputs (the entry holds the config, so its id()
+    is not reused while the entry lives)."""
+    if sig is None:
+        return
+    if len(_ACCEPTED) >= _ACCEPTED_MAX:
+        _ACCEPTED.clear()
+    _ACCEPTED[sig] = cfg
+
+
 def _signature(token, tensors) -> tuple | None:
     try:
         return (token, *[None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in tensors])
@@ -77,10 +87,7 @@ def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Ten
         cfg, out, alloc = _trace_setup(q, kv_cache, block_tables, query_start_loc, cfg, out, out_offsets)
         check_inputs(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
                      row_ends, out, out_offsets)
-        if sig is not None:
-            if len(_ACCEPTED) >= _ACCEPTED_MAX:
-                _ACCEPTED.clear()
-            _ACCEPTED[sig] = cfg  # holds the config, so its id() is not reused while the entry lives
+        _accept(sig, cfg)
     if not compiling:  # under torch.compile the op's real implementation makes these checks
         if schedule is not None:
             schedule.check(cfg, query_start_loc, row_ends)
@@ -131,10 +138,7 @@ def _op_checks(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, query
         reject_permuted_layout(kv_cache)
         check_inputs(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
                      row_ends, out, out_offsets)
-        if sig is not None:
-            if len(_ACCEPTED) >= _ACCEPTED_MAX:
-                _ACCEPTED.clear()
-            _ACCEPTED[sig] = cfg
+        _accept(sig, cfg)
     if records is not None:
         schedule_of(records).check(cfg, query_start_loc, row_ends)
     if env.settings().debug:
