@@ -75,7 +75,13 @@ class BackendBase(abc.ABC):
                       block_n=inst.block_n, max_seqs=cfg.max_seqs, max_seq_len=cfg.max_seq_len)
 
     def _instance(self, name: str) -> Instance:
-        return next(i for i in self.instances() if i.name == name)
+        """The instance of that name (every launch asks: a name index, remade only when
+        instances() returns another tuple)."""
+        insts = self.instances()
+        index = self.__dict__.get("_by_name")
+        if index is None or index[0] is not insts:
+            index = self._by_name = (insts, {i.name: i for i in insts})
+        return index[1][name]
 
 
 def rank_by_rows(cands: list[Instance], key) -> list[tuple[Instance, str]]:
