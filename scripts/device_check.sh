@@ -34,8 +34,9 @@ for what in "${steps[@]}"; do
   smoke)
     nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I mqa_logits_mxfp4/backends/opus/csrc \
       scripts/wgmma_probe.cu -o /tmp/wgmma_probe && timeout 30 /tmp/wgmma_probe | tee "$out/wgmma_probe.log"
+    r=${PIPESTATUS[0]}
     timeout "${SMOKE_TIMEOUT:-90}" python3 scripts/i8_smoke.py 2>&1 | tee "$out/smoke.log" | tail -40
-    r=${PIPESTATUS[0]}; rc=$((rc | r)); [[ $r == 0 ]] || { echo "smoke failed: later steps skipped"; exit $rc; } ;;
+    r=$((r | PIPESTATUS[0])); rc=$((rc | r)); [[ $r == 0 ]] || { echo "smoke failed: later steps skipped"; exit $rc; } ;;
   tests)
     timeout "${TEST_TIMEOUT:-3000}" python3 -m pytest -m gpu -q -n "${WORKERS:-8}" -p no:cacheprovider ${PYTEST_ARGS:-} \
       2>&1 | tee "$out/pytest_gpu.log" | tail -40

@@ -4,6 +4,8 @@
 //   opus_host_check encodings    each E2M1 code's fp8 / f16 operand bits, and word-level dot
 //                                products through the k-slot split both operands share
 //   opus_host_check i8           every code's INT8 operand at every shift, one element a byte
+//   opus_host_check i8key        the same for the fast path's biased key bytes (shifts 0..2)
+//   opus_host_check i8bias       the bias slice of every column sum a fast group can have
 //   opus_host_check fastdiv      failures of fast_div against `/` over many (n, d)
 //   opus_host_check worksplit    reads cases from stdin, prints every program's pieces
 //   opus_host_check checks       the launcher's message for a valid call and for mutations
@@ -108,33 +110,61 @@ static int cmd_encodings() {
   return 0;
 }
 
-// The INT8 operand of every code at every shift, through i8_word with the code at each of the
-// word's 8 positions and random neighbours: "got" lists the byte values seen, "bad" counts
-// mismatches against 2 * E2M1 * 2^d.
-static int cmd_i8() {
+// The INT8 operand of every code at every shift, through i8_word (or, `key`, i8_key_word less
+// kI8KeyBias) with the code at each of the word's 8 positions and random neighbours: "got" lists
+// the values seen, "bad" counts mismatches against 2 * E2M1 * 2^d.
+static int cmd_i8(bool key) {
   std::mt19937 rng(4321);
   long long checked = 0, bad = 0;
-  for (int d = 0; d < 4; ++d) {
-    const I8Table t = i8_table(d);
+  for (int d = 0; d < (key ? 3 : 4); ++d) {
+    const I8Table t = key ? i8_key_table(d) : i8_table(d);
     for (uint32_t c = 0; c < 16; ++c) {
       int got = 0;
       for (int pos = 0; pos < 8; ++pos)
         for (int it = 0; it < 64; ++it) {
           const uint32_t x = (rng() & ~(0xFu << (4 * pos))) | (c << (4 * pos));
           uint32_t lo, hi;
-          i8_word(x, t, lo, hi);
+          if (key)
+            i8_key_word(x, t, lo, hi);
+          else
+            i8_word(x, t, lo, hi);
           for (int e = 0; e < 8; ++e) {
-            const int byte = (int)(int8_t)((e < 4 ? lo : hi) >> (8 * (e & 3)) & 0xFFu);
+            const uint32_t u = (e < 4 ? lo : hi) >> (8 * (e & 3)) & 0xFFu;
+            const int value = key ? int(u) - int(kI8KeyBias) : int(int8_t(u));
             const int want = e2m1_x2(x >> (4 * e) & 15u) * (1 << d);
             ++checked;
-            if (byte != want) {
-              if (bad < 5) std::fprintf(stderr, "i8 d=%d x=%08x element %d: %d, want %d\n", d, x, e, byte, want);
+            if (value != want || (key && u > 127u)) {
+              if (bad < 5) std::fprintf(stderr, "i8 d=%d x=%08x element %d: %d, want %d\n", d, x, e, value, want);
               ++bad;
             }
-            if (e == pos) got = byte;
+            if (e == pos) got = value;
           }
         }
       std::printf("{\"shift\": %d, \"code\": %u, \"value\": %d}\n", d, c, got);
+    }
+  }
+  std::printf("{\"checked\": %lld, \"bad\": %lld}\n", checked, bad);
+  return 0;
+}
+
+// i8_bias_slice for every operand sum |qsum| <= 128 * 96: the slice's dot with the constant key
+// operand must be -kI8KeyBias * qsum, each byte within [-127, 127].
+static int cmd_i8bias() {
+  long long checked = 0, bad = 0;
+  for (int qsum = -128 * 96; qsum <= 128 * 96; ++qsum) {
+    uint32_t w[8];
+    i8_bias_slice(qsum, w);
+    long long dot = 0;
+    bool in_range = true;
+    for (int p = 0; p < 32; ++p) {
+      const int b = int(int8_t(w[p / 4] >> (8 * (p % 4)) & 0xFFu));
+      in_range = in_range && b >= -127 && b <= 127;
+      dot += (long long)i8_bias_key(p) * b;
+    }
+    ++checked;
+    if (dot != -(long long)kI8KeyBias * qsum || !in_range) {
+      if (bad < 5) std::fprintf(stderr, "i8bias qsum=%d: dot %lld\n", qsum, dot);
+      ++bad;
     }
   }
   std::printf("{\"checked\": %lld, \"bad\": %lld}\n", checked, bad);
@@ -333,7 +363,9 @@ int main(int argc, char** argv) {
   if (cmd == "registry") return cmd_registry();
   if (cmd == "encodings") return cmd_encodings();
   if (cmd == "fastdiv") return cmd_fastdiv();
-  if (cmd == "i8") return cmd_i8();
+  if (cmd == "i8") return cmd_i8(false);
+  if (cmd == "i8key") return cmd_i8(true);
+  if (cmd == "i8bias") return cmd_i8bias();
   if (cmd == "worksplit") return cmd_worksplit();
   if (cmd == "checks") return cmd_checks();
   std::fprintf(stderr, "unknown command %s\n", cmd.c_str());

@@ -230,16 +230,26 @@ def test_operand_encodings_are_exact():
 
 
 @needs_cxx
-def test_int8_operands_are_exact_at_every_shift():
-    """i8_encode.h: every E2M1 code at every block shift 0..3 becomes 2 * value * 2^shift in
-    its own byte, whatever its neighbours (the i8 family's keys and queries)."""
-    lines = [json.loads(line) for line in run_host("i8").splitlines()]
+@pytest.mark.parametrize("what,shifts", [("i8", 4), ("i8key", 3)])
+def test_int8_operands_are_exact_at_every_shift(what, shifts):
+    """i8_encode.h: every E2M1 code at every block shift becomes 2 * value * 2^shift in its own
+    byte, whatever its neighbours: signed for the queries and the canonical keys (shifts 0..3),
+    the fast path's keys biased by 64 and below 128 (shifts 0..2)."""
+    lines = [json.loads(line) for line in run_host(what).splitlines()]
     codes, total = lines[:-1], lines[-1]
-    assert len(codes) == 64
+    assert len(codes) == shifts * 16
     for rec in codes:
         c, d = rec["code"], rec["shift"]
         assert rec["value"] == E2M1[c & 7] * 2 * 2 ** d * (-1 if c & 8 else 1)
-    assert total["bad"] == 0 and total["checked"] == 4 * 16 * 8 * 64 * 8
+    assert total["bad"] == 0 and total["checked"] == shifts * 16 * 8 * 64 * 8
+
+
+@needs_cxx
+def test_int8_bias_slice_takes_the_key_bias_back():
+    """i8_encode.h: for every column operand sum a fast group can have, the bias slice against
+    the constant key operand is exactly -64 times the sum, in signed bytes."""
+    total = json.loads(run_host("i8bias"))
+    assert total == {"checked": 2 * 128 * 96 + 1, "bad": 0}
 
 
 @needs_cxx
@@ -515,7 +525,9 @@ def test_sm90_kernels_compile_without_spills_on_their_mma():
 def check_i8_kernel(k: dict, what: str) -> None:
     """The wgmma body: per-piece state may sit in local memory (the walk across the role split),
     nothing inside the consumers' stage loop nor the producer's; INT8 wgmma of 64 x min(rows x
-    heads, 64) x 32 with A from registers, four k-slices a chunk on each path."""
+    heads, 64) x 32 with A from registers: on the fast path u8 keys (biased) against s8 queries,
+    the bias slice and four k-slices a chunk; on the canonical path s8 keys, four k-slices a
+    chunk and scale block."""
     # w16: the producer warpgroup keeps 24 registers, and the walk's state outside its stage
     # loop goes to local memory
     assert k["stack"] <= (64 if k["warps"] <= 12 else 128), f"{what}: {k['stack']} bytes of stack"
@@ -526,10 +538,10 @@ def check_i8_kernel(k: dict, what: str) -> None:
     nc = min(k["rows"] * k["heads"], 64)
     # nothing else: a dummy HGMMA.64x8x16 that ptxas inserted under register pressure went with
     # wrong fast-path sums on the H200 (docs/perf-notes.md)
-    assert k["gmma"] == [f"IGMMA.64x{nc}x32.S8.S8"], (what, k["gmma"])
-    # two M blocks x chunks x 4 k-slices, once on the fast path and once a scale block on the canonical
+    assert k["gmma"] == [f"IGMMA.64x{nc}x32.S8.S8", f"IGMMA.64x{nc}x32.U8.S8"], (what, k["gmma"])
+    # two M blocks x chunks x (5 wgmma on the fast path + 4 a scale block on the canonical)
     chunks = k["rows"] * k["heads"] // nc
-    assert k["igmma"] == 2 * chunks * 4 * (1 + 4), (what, k["igmma"])
+    assert k["igmma"] == 2 * chunks * (5 + 4 * 4), (what, k["igmma"])
 
 
 def test_gfx950_kernels_compile_to_the_scaled_mfma():

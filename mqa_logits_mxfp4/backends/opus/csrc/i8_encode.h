@@ -9,6 +9,13 @@
 // byte-permute each (`prmt`: 3 bits of magnitude pick one of 8 bytes): in a table of the
 // non-negative values and in a table of their negations; a third permute picks, per element,
 // the one its sign bit names. Output: `lo` holds elements 0..3, `hi` elements 4..7, one byte each.
+//
+// The fast path's keys (block shifts 0..2, |x| <= 48) take a cheaper form: the unsigned byte
+// kI8KeyBias + x, always below 128, so a permute whose selector nibble has its sign bit set
+// yields 0 (the byte's sign replicated). One permute on the code gives the byte of every
+// non-negative code and 0 for the rest, one on the code's complement (a table in reverse
+// order) the byte of every negative code and 0 for the rest, and an OR joins them: two
+// permutes and an OR per four elements instead of three permutes and the selector's masks.
 #pragma once
 
 #include <stdint.h>
@@ -62,6 +69,53 @@ OPUS_HD void i8_word(uint32_t x, const I8Table& t, uint32_t& lo, uint32_t& hi) {
   const uint32_t sel = ((x >> 1) & 0x44444444u) | 0x32103210u;  // byte i of pos, or of neg (sign)
   lo = prmt(prmt(t.pos_lo, t.pos_hi, mag), prmt(t.neg_lo, t.neg_hi, mag), sel);
   hi = prmt(prmt(t.pos_lo, t.pos_hi, mag >> 16), prmt(t.neg_lo, t.neg_hi, mag >> 16), sel >> 16);
+}
+
+// The biased key tables for shift d (0..2; 3 exceeds a byte's low 7 bits and only serves keys
+// nothing reads): bytes 0..7 of {pos_lo, pos_hi} are kI8KeyBias + 2 * |E2M1(m)| * 2^d for code
+// m, byte i of {neg_lo, neg_hi} is kI8KeyBias - 2 * |E2M1(7 - i)| * 2^d (indexed by the
+// complement of a negative code's magnitude).
+constexpr uint32_t kI8KeyBias = 64;
+OPUS_HD constexpr uint32_t i8_key_pack(int m0, int d, bool neg) {
+  uint32_t w = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t v = neg ? kI8KeyBias - (i8_mag(7 - (m0 + i)) << d) : kI8KeyBias + (i8_mag(m0 + i) << d);
+    w |= (v & 0xFFu) << (8 * i);
+  }
+  return w;
+}
+OPUS_HD constexpr I8Table i8_key_table(int d) {
+  return I8Table{i8_key_pack(0, d, false), i8_key_pack(4, d, false), i8_key_pack(0, d, true), i8_key_pack(4, d, true)};
+}
+
+// 8 codes -> 8 biased key bytes kI8KeyBias + 2 * value * 2^d, laid out as i8_word's.
+OPUS_HD void i8_key_word(uint32_t x, const I8Table& t, uint32_t& lo, uint32_t& hi) {
+  const uint32_t xn = ~x;  // a negative code's magnitude bits complemented, its sign bit clear
+  lo = prmt(t.pos_lo, t.pos_hi, x) | prmt(t.neg_lo, t.neg_hi, xn);
+  hi = prmt(t.pos_lo, t.pos_hi, x >> 16) | prmt(t.neg_lo, t.neg_hi, xn >> 16);
+}
+
+// The bias's correction. A fast-path dot product over biased key bytes counts kI8KeyBias times
+// the column's operand sum too; a fifth k-slice takes it back: the key operand there is the
+// constant kI8BiasKey (slot 0 holds 1, the other 31 slots 255), and the column's 32 signed
+// bytes b_p (slot p, word p / 4, byte p % 4) satisfy sum_p a_p * b_p = -kI8KeyBias * qsum. For
+// |qsum| <= 128 * 96: |b_0| <= 127, and the other slots carry at most 3084 < 31 * 127.
+OPUS_HD constexpr uint32_t i8_bias_key(int slot) { return slot == 0 ? 1u : 255u; }
+OPUS_HD void i8_bias_slice(int qsum, uint32_t (&w)[8]) {
+  const int want = -int(kI8KeyBias) * qsum;
+  const int q = want >= 0 ? (want + 127) / 255 : -((127 - want) / 255);  // nearest: |want - 255 q| <= 127
+  int rest = q;
+  for (int i = 0; i < 8; ++i) {
+    w[i] = 0u;
+    for (int b = 0; b < 4; ++b) {
+      int v = want - 255 * q;
+      if (i > 0 || b > 0) {
+        v = rest < -127 ? -127 : rest > 127 ? 127 : rest;
+        rest -= v;
+      }
+      w[i] |= (uint32_t(v) & 0xFFu) << (8 * b);
+    }
+  }
 }
 
 }  // namespace opus

@@ -4,12 +4,14 @@
 // operand (B, in shared memory), then run the epilogue.
 //
 // Two paths a tile, chosen by the whole consumer warpgroup (docs/numerics.md, "Integer tiles"):
-//   fast      every key and head of the tile has its four block scales within 2^3 of its
-//             smallest, and the magnitudes stay in range: each operand carries its blocks'
-//             offsets as shifts, one chained K = 128 wgmma gives the exact integer dot product
-//             of the two 128-vectors, and a cell costs a conversion, a relu and an FMA (the head
-//             weight carries the query's smallest scale, the key's is applied after the head sum).
-//             Not the canonical order; within the tolerance, and finite exactly where it is.
+//   fast      every key of the tile has its four block scales within 2^2 of its smallest, every
+//             head within 2^3, and the magnitudes stay in range: each operand carries its
+//             blocks' offsets as shifts (the keys as unsigned bytes biased by 64, the bias taken
+//             back by a fifth, constant k-slice), one chained K = 128 wgmma gives the exact
+//             integer dot product of the two 128-vectors, and a cell costs a saturating multiply
+//             (the relu) and an FMA (the head weight carries the query's smallest scale, the
+//             key's is applied after the head sum). Not the canonical order; within the
+//             tolerance, and finite exactly where it is.
 //   canonical every other tile: one wgmma chain a scale block (the other blocks' lanes zeroed)
 //             gives each exact block partial, then docs/numerics.md steps 2-5 in order; its bits
 //             are the canonical ones.
@@ -38,16 +40,21 @@
 namespace opus {
 namespace sm90 {
 
-// The fast tile rule (docs/numerics.md, "Integer tiles"): a key's or head's four scale bytes
-// span at most kI8Spread and lie in [kI8Lo, kI8Hi]; over the tile's keys and the group's heads,
+// The fast tile rule (docs/numerics.md, "Integer tiles"): a key's four scale bytes span at most
+// kI8KeySpread, a head's at most kI8QuerySpread, and all lie in [kI8Lo, kI8Hi]; over the tile's
+// keys and the group's heads,
 // kmax + qmax <= kI8PairHi (no canonical block term can overflow) and kmax + log2 max|w'| <=
 // kI8WeightKey (no canonical or fast partial sum can); every live weight is finite and its
 // w' = w * 2^(qmin - 127) is zero or within [2^-100, 2^92].
-constexpr int kI8Spread = 3;
+constexpr int kI8KeySpread = 2;    // the biased key bytes (i8_encode.h) hold shifts 0..2
+constexpr int kI8QuerySpread = 3;  // the signed query bytes hold shifts 0..3
 constexpr int kI8Lo = 8, kI8Hi = 240;
 constexpr int kI8PairHi = 368;
 constexpr int kI8WeightKey = 225;
 constexpr int kI8WExpLo = -100, kI8WExpHi = 92;
+
+// The dynamic shared memory (every extern __shared__ array starts there): I8Smem.
+extern __shared__ __align__(128) unsigned char i8_smem[];
 
 // Scale words for keys nothing may be read for: a dead key (past the group's rows: finite,
 // never stored) and a key whose table entry lies outside the cache (NaN cells).
@@ -97,18 +104,21 @@ struct I8Smem {
   I8Stage<S::KEYS> stage[CONS][S::STAGES];
   // Query operand, K-major without swizzle: k-slice j (32 bytes of K) at j * N * 32; in it the
   // 8-column core of columns 8c..8c+7 at c * 256, its K half kh at + kh * 128, column n % 8 at
-  // + 16 * (n % 8). K slot p of slice j holds element 32 * (p % 16 / 4) + 8j + 4 * (p / 16) + p % 4:
-  // lane t of a quad holds block t of its keys, word j in slice j.
-  alignas(128) uint8_t qb[kScaleBlocks * S::N * 32];
-  float wfast[S::N];                  // fast path: w * 2^(qmin - 127) (0 for dead rows)
+  // + 16 * (n % 8). K slot p of slice j < 4 holds element 32 * (p % 16 / 4) + 8j + 4 * (p / 16) +
+  // p % 4: lane t of a quad holds block t of its keys, word j in slice j. Slice 4 (fast groups):
+  // the key bias's correction, against the constant key operand bias_operand() names.
+  alignas(128) uint8_t qb[(kScaleBlocks + 1) * S::N * 32];
+  float wfast[S::N];                  // fast path: w * 2^(qmin - 127 + 22) (0 for dead rows)
   float w[S::N];                      // canonical path: the weight
   float sq[kScaleBlocks][S::N];       // 2^(eq_b - 127)
   float uq[kScaleBlocks][S::N];       // 2^-(shift_b + 2): back from the operand's integers to E2M1
   uint32_t qscale[S::N];              // the column's four scale bytes (pass 2 reads them)
   long long obase[R];
+  float* optr[R];                     // args.out + obase
   int rend[R];
   int red[CONS * 4][2];               // per consumer warp: largest qmax, largest exponent of |w'|
-  I8Table tables[4];                  // shift 0..3
+  I8Table tables[4];                  // shift 0..3: queries, and keys on the canonical path
+  I8Table ktables[4];                 // shift 0..3: keys on the fast path (biased; 3 for keys nobody reads)
   uint64_t full[CONS][S::STAGES];
   uint64_t empty[CONS][S::STAGES];
   int range[4];
@@ -157,6 +167,19 @@ OPUS_DEV int byte_of(uint32_t w, int i) { return int(w >> (8 * i) & 0xFFu); }
 OPUS_DEV int min4(uint32_t w) { return imin(imin(byte_of(w, 0), byte_of(w, 1)), imin(byte_of(w, 2), byte_of(w, 3))); }
 OPUS_DEV int max4(uint32_t w) { return imax(imax(byte_of(w, 0), byte_of(w, 1)), imax(byte_of(w, 2), byte_of(w, 3))); }
 
+// A position in a ring of STAGES slots: the slot and the parity of its current phase.
+template <int STAGES>
+struct RingPos {
+  int slot = 0;
+  uint32_t phase = 0;
+  OPUS_DEV void advance() {
+    if (++slot == STAGES) {
+      slot = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
 // ------------------------------------------------------------------------------------ producer
 
 template <int R, int H, int CONS>
@@ -166,7 +189,7 @@ struct I8Producer {
   I8Smem<R, H, CONS>& sm;
   int c, lane;
   bool bulk;  // kv_scale is 16-byte aligned (kv_cache always is: checks.h): chunks by bulk copy
-  int iter = 0;
+  RingPos<S::STAGES> ring;
 
   // Keys [n0, n0 + KEYS) in chunks of L = min(page size, 64) keys, each inside one page and
   // contiguous there: lane l copies chunk l with two bulk copies (its 64-byte key rows and its
@@ -221,11 +244,11 @@ struct I8Producer {
     int n0 = (p.t0 + S::MB * c) * kBlockN;
     long long slot = bulk ? chunk_slot(bt_row, n0, kend) : -2;
 #pragma unroll 1
-    for (; n0 < kend; n0 += STEP, ++iter) {
+    for (; n0 < kend; n0 += STEP, ring.advance()) {
       // the next stage's table entry is read while this stage waits for its slot and copies
       const long long next = bulk ? chunk_slot(bt_row, n0 + STEP, kend) : -2;
-      const int s = iter % S::STAGES;
-      mbar_wait(&sm.empty[c][s], ((iter / S::STAGES) & 1) ^ 1);
+      const int s = ring.slot;
+      mbar_wait(&sm.empty[c][s], ring.phase ^ 1u);
       if (bulk)
         load_stage_bulk(sm.stage[c][s], &sm.full[c][s], slot);
       else
@@ -237,13 +260,6 @@ struct I8Producer {
 
 // ------------------------------------------------------------------------------------ consumer
 
-// (a & 0x44444444) | c in one instruction (the compiler splits it when c is a constant too).
-OPUS_DEV uint32_t and44_or(uint32_t a, uint32_t c) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(0x44444444), "r"(c));
-  return d;
-}
-
 template <int R, int H, int CONS>
 struct I8Consumer {
   using S = I8Shape<R, H, CONS>;
@@ -254,8 +270,16 @@ struct I8Consumer {
   int c;         // consumer warpgroup
   int ct;        // thread among all consumers
   int warp, lane, g, t;
-  int iter = 0;
+  bool count_paths = false;  // path_stats given and this is its warpgroup's first thread
+  RingPos<S::STAGES> ring;
   int r0 = 0, r1 = 0, kend = 0;
+  // The group's output rows and where their stores end: in registers for up to two rows, read
+  // from shared memory for more (registers the wider groups' stage loops do not have)
+  static constexpr bool ROWS_IN_REGS = R <= 2;
+  float* orow[ROWS_IN_REGS ? R : 1];
+  int rend[ROWS_IN_REGS ? R : 1];
+  OPUS_DEV float* row_out(int r) const { return ROWS_IN_REGS ? orow[ROWS_IN_REGS ? r : 0] : sm.optr[r]; }
+  OPUS_DEV int row_end(int r) const { return ROWS_IN_REGS ? rend[ROWS_IN_REGS ? r : 0] : sm.rend[r]; }
   int khi = 0;   // a key's largest byte on a fast tile is at most this (0: the group never is fast)
   float wreg[S::W_IN_REGS ? S::N / 4 : 1];
 
@@ -274,7 +298,7 @@ struct I8Consumer {
       const int qmin = min4(qs), qmax = max4(qs);
       const float wf = live ? wv * __uint_as_float(uint32_t(imax(qmin, 1)) << 23) : 0.0f;  // w * 2^(qmin - 127)
       const int wexp = int(__float_as_uint(wf) >> 23 & 0xFFu) - 127;
-      const bool col_ok = !live || (qmax - qmin <= kI8Spread && qmin >= kI8Lo && qmax <= kI8Hi && isfinite(wv) &&
+      const bool col_ok = !live || (qmax - qmin <= kI8QuerySpread && qmin >= kI8Lo && qmax <= kI8Hi && isfinite(wv) &&
                                     (wf == 0.0f || (wexp >= kI8WExpLo && wexp <= kI8WExpHi)));
       ok = ok && col_ok;
       if (live) {
@@ -283,15 +307,40 @@ struct I8Consumer {
       }
       sm.qscale[n] = qs;
       sm.w[n] = wv;
-      sm.wfast[n] = wf;
+      sm.wfast[n] = wf * 4194304.0f;  // 2^22: the relu hands back relu(I) * 2^-22 (exact either way)
 #pragma unroll
       for (int b = 0; b < kScaleBlocks; ++b) sm.sq[b][n] = e8m0_to_f32(uint32_t(byte_of(qs, b)));
     }
     return ok;
   }
 
-  // Pass 2: the query operand (shifted when the group is fast) and the canonical path's factors.
+  // Column n's bias slice (i8_bias_slice: 32 bytes against the constant key operand).
+  OPUS_DEV void bias_column(int n, int qsum) {
+    uint32_t w[8];
+    i8_bias_slice(qsum, w);
+    uint8_t* core = sm.qb + kScaleBlocks * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16;
+    *reinterpret_cast<uint4*>(core) = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint4*>(core + 128) = make_uint4(w[4], w[5], w[6], w[7]);
+  }
+
+  // The constant key operand of the bias slice in the A registers: slot p is lane t = p / 4 % 4's
+  // byte p % 4 of registers 0 and 1 (p < 16) or 2 and 3 (wgmma_probe.cu checks the layout).
+  OPUS_DEV void bias_operand(uint32_t (&a)[4]) const {
+    uint32_t lo = 0u, hi = 0u;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      lo |= i8_bias_key(4 * t + b) << (8 * b);
+      hi |= i8_bias_key(16 + 4 * t + b) << (8 * b);
+    }
+    a[0] = a[1] = lo;
+    a[2] = a[3] = hi;
+  }
+
+  // Pass 2: the query operand (shifted when the group is fast), its bias slice (fast groups)
+  // and the canonical path's factors.
   OPUS_DEV void setup_operand(bool fast) {
+    // N * 16 and CT are multiples of 32: a warp's lanes are all in an iteration or all out, and
+    // the 16 lanes of one column (idx / 16) sit in one half-warp for the shuffles below
 #pragma unroll 1
     for (int idx = ct; idx < S::N * 16; idx += S::CT) {
       const int n = idx >> 4, blk = (idx >> 2) & 3, j = idx & 3;
@@ -306,6 +355,12 @@ struct I8Consumer {
       *reinterpret_cast<uint32_t*>(core) = lo;
       *reinterpret_cast<uint32_t*>(core + 128) = hi;
       if (j == 0) sm.uq[blk][n] = __uint_as_float(uint32_t(127 - 2 - shift) << 23);
+      if (fast) {  // uniform: the group's verdict
+        int qsum = __dp4a(int(lo), 0x01010101, 0) + __dp4a(int(hi), 0x01010101, 0);
+#pragma unroll
+        for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);
+        if ((idx & 15) == 0) bias_column(n, qsum);
+      }
     }
   }
 
@@ -327,6 +382,7 @@ struct I8Consumer {
     if (ct < R) {
       row_window(args, r0 + ct, r0 + ct < r1, sm.rend[ct], sm.obase[ct]);
       sm.rend[ct] = imin(sm.rend[ct], kend);  // stores stay inside the piece's own tiles
+      sm.optr[ct] = args.out + sm.obase[ct];
     }
     const bool fast = bar_and(1, S::CT, mine);
     int qmax_g = 0, wexp_g = -127;
@@ -339,6 +395,13 @@ struct I8Consumer {
     setup_operand(fast);
     fence_async_smem();
     bar_sync(1, S::CT);
+    if constexpr (ROWS_IN_REGS) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        orow[r] = sm.optr[r];
+        rend[r] = sm.rend[r];
+      }
+    }
     if constexpr (S::W_IN_REGS) {
 #pragma unroll
       for (int ch = 0; ch < S::CHUNKS; ++ch)
@@ -349,8 +412,11 @@ struct I8Consumer {
     }
   }
 
-  OPUS_DEV uint64_t b_desc(int j, int ch) const {
-    return smem_desc(sm.qb + j * (S::N * 32) + ch * (S::NC / 8) * 256, 128, 256);
+  // The descriptor of k-slice j (4: the bias slice), chunk ch, from the operand's shared-memory
+  // address through the dynamic shared memory's symbol: a link-time constant, so every
+  // descriptor is one (no per-stage address arithmetic, no register moves into the wgmma).
+  static OPUS_DEV uint64_t b_desc(int j, int ch) {
+    return smem_desc(i8_smem + offsetof(Sm, qb) + j * (S::N * 32) + ch * (S::NC / 8) * 256, 128, 256);
   }
 
   // Keys of this thread in M block mb: rows g (k = 0) and g + 8 (k = 1) of the warp's 16.
@@ -360,30 +426,43 @@ struct I8Consumer {
   static OPUS_DEV constexpr int raw_step(int mb, int k) { return (64 * mb + 8 * k) * kHeadBytes; }
 
   // A fragments of M block mb: a[j] for k-slice j; registers 0/2 hold key k0's block t word j
-  // (elements 0..3 / 4..7), 1/3 key k1's.
-  OPUS_DEV void convert(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {
-    const I8Table t0 = sm.tables[d0], t1 = sm.tables[d1];
+  // (elements 0..3 / 4..7), 1/3 key k1's. The canonical path's: signed, unshifted.
+  OPUS_DEV void convert(const uint4& raw0, const uint4& raw1, uint32_t (&a)[4][4]) const {
+    const I8Table tb = sm.tables[0];
     const uint32_t w0[4] = {raw0.x, raw0.y, raw0.z, raw0.w}, w1[4] = {raw1.x, raw1.y, raw1.z, raw1.w};
-    const uint32_t k3210 = 0x32103210u;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const uint32_t x = k ? w1[j] : w0[j];
-        const I8Table& tb = k ? t1 : t0;
-        const uint32_t mag = x & 0x77777777u;
-        const uint32_t sel = and44_or(x >> 1, k3210);  // byte i of pos, or of neg (sign)
-        const uint32_t mhi = mag >> 16;
-        a[j][k] = prmt(prmt(tb.pos_lo, tb.pos_hi, mag), prmt(tb.neg_lo, tb.neg_hi, mag), sel);
-        a[j][2 + k] = prmt(prmt(tb.pos_lo, tb.pos_hi, mhi), prmt(tb.neg_lo, tb.neg_hi, mhi), sel >> 16);
-      }
+      i8_word(w0[j], tb, a[j][0], a[j][2]);
+      i8_word(w1[j], tb, a[j][1], a[j][3]);
     }
   }
 
+  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1.
+  OPUS_DEV void convert_fast(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {
+    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];
+    const uint32_t w0[4] = {raw0.x, raw0.y, raw0.z, raw0.w}, w1[4] = {raw1.x, raw1.y, raw1.z, raw1.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      i8_key_word(w0[j], t0, a[j][0], a[j][2]);
+      i8_key_word(w1[j], t1, a[j][1], a[j][3]);
+    }
+  }
+
+  // Canonical path: the signed key operand against the query's four k-slices.
   template <int NC>
   OPUS_DEV void mma_chunk(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) WgmmaS8<NC>::run(acc, a[j], b_desc(j, ch), j > 0);
+    for (int j = 0; j < 4; ++j) WgmmaI8<NC>::run(acc, a[j], b_desc(j, ch), j > 0);
+  }
+  // Fast path: the bias slice first (it starts the accumulator at -64 * the column's operand
+  // sum), then the biased key operand against the four k-slices: the exact dot product.
+  template <int NC>
+  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {
+    uint32_t ab[4];
+    bias_operand(ab);
+    WgmmaI8<NC, true>::run(acc, ab, b_desc(kScaleBlocks, ch), false);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), true);
   }
 
   // Waits until at most PENDING committed wgmma groups are in flight, then pins `a`, the
@@ -406,10 +485,23 @@ struct I8Consumer {
   uint32_t afr[S::MB][4][4];
   float first_chunk[2];          // H = 2 NC: the row's first-chunk sums of keys g, g + 8
 
-  // relu of the exact dot, times w', summed over the thread's heads of the chunk's rows.
+  // relu(I) * 2^-22 in one FMA-pipe instruction: I's bits read as a float are I * 2^-149 (a
+  // subnormal) for 0 <= I < 2^23 and a NaN for I < 0; times 2^127 that is I * 2^-22, exact and
+  // below 1 (|I| < 2^21), and the saturation sends the NaN to +0 and keeps the rest.
+  static OPUS_DEV float relu_scaled(int32_t i) {
+    float y;
+    asm("mul.rn.sat.f32 %0, %1, 0f7F000000;" : "=f"(y) : "f"(__int_as_float(i)));
+    return y;
+  }
+
+  // relu of the exact dot, times w', summed over the thread's heads of the chunk's rows: two
+  // FMA chains a key (even and odd heads), joined at the end.
   OPUS_DEV void unit_sums(const int32_t (&ac)[S::ACC], int ch, float (&rs)[RPC][2]) const {
+    float part[RPC][2][2];
 #pragma unroll
-    for (int r = 0; r < RPC; ++r) rs[r][0] = rs[r][1] = 0.0f;
+    for (int r = 0; r < RPC; ++r)
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) part[r][kk][0] = part[r][kk][1] = 0.0f;
 #pragma unroll
     for (int i = 0; i < S::NT; ++i) {
       const int lr = H >= S::NC ? 0 : (8 * i) / H;
@@ -425,11 +517,12 @@ struct I8Consumer {
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float x = fmaxf(__int2float_rn(ac[4 * i + 2 * kk + e]), 0.0f);
-          rs[lr][kk] = fmaf(x, wv[e], rs[lr][kk]);
-        }
+        for (int e = 0; e < 2; ++e) part[lr][kk][e] = fmaf(relu_scaled(ac[4 * i + 2 * kk + e]), wv[e], part[lr][kk][e]);
     }
+#pragma unroll
+    for (int r = 0; r < RPC; ++r)
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) rs[r][kk] = fadd_rn(part[r][kk][0], part[r][kk][1]);
   }
 
   // The quad's partial sums of row r for keys g, g + 8 of M block mb -> lanes t = 0, 1 store
@@ -439,7 +532,7 @@ struct I8Consumer {
     float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));
     v = fadd_rn(v, warp_xor(v, 2));
     const int n = n0 + key_of(mb, k_own ? 1 : 0);
-    if (t < 2 && n < sm.rend[r]) args.out[sm.obase[r] + n] = fmul_rn(v, scale);
+    if (t < 2 && n < row_end(r)) row_out(r)[n] = fmul_rn(v, scale);
   }
 
   // The epilogue of unit u (its wgmma has retired).
@@ -464,9 +557,9 @@ struct I8Consumer {
 #pragma unroll
     for (int u = 0; u < UNITS; ++u) {
       const int mb = u / S::CHUNKS, ch = u % S::CHUNKS;
-      if (ch == 0) convert(raw[mb][0], raw[mb][1], d[mb][0], d[mb][1], afr[mb]);
+      if (ch == 0) convert_fast(raw[mb][0], raw[mb][1], d[mb][0], d[mb][1], afr[mb]);
       wgmma_fence();
-      mma_chunk<S::NC>(acc[u & 1], afr[mb], ch);
+      mma_chunk_fast<S::NC>(acc[u & 1], afr[mb], ch);
       wgmma_commit();
       if (u > 0) {
         retired<1>(acc[(u - 1) & 1]);
@@ -580,20 +673,19 @@ struct I8Consumer {
   }
 
   OPUS_DEV void stage(int n0) {
-    const int s = iter % S::STAGES;
-    mbar_wait(&sm.full[c][s], (iter / S::STAGES) & 1);
-    const Stage& st = sm.stage[c][s];
-    const uint8_t* scale_bytes = reinterpret_cast<const uint8_t*>(st.scale);
+    mbar_wait(&sm.full[c][ring.slot], ring.phase);
+    const Stage& st = sm.stage[c][ring.slot];
     // Each lane judges one key of the warp's 32 (M block lane / 16, row lane % 16) and hands its
-    // smallest scale byte to the lanes that convert it. Keys at or past kend are not scored:
-    // their bytes (stale, or the page's next keys) take no part in the vote.
+    // block offsets from the smallest scale byte (one byte each) to the lanes that convert it.
+    // Keys at or past kend are not scored: their bytes (stale, or the page's next keys) take no
+    // part in the vote.
     const int my_key = 64 * (lane >> 4) + 16 * warp + (lane & 15);
     const uint32_t my_scale = st.scale[my_key];
     const int my_kmin = min4(my_scale);
     bool fast = false;
     if (khi > 0) {  // uniform: the group's verdict
       const int my_kmax = max4(my_scale);
-      const bool ok = n0 + my_key >= kend || (my_kmax - my_kmin <= kI8Spread && my_kmin >= kI8Lo && my_kmax <= khi);
+      const bool ok = n0 + my_key >= kend || (my_kmax - my_kmin <= kI8KeySpread && my_kmin >= kI8Lo && my_kmax <= khi);
       fast = bar_and(2 + c, 128, ok);
     }
     const uint8_t* raw_base = st.raw + raw_offset();
@@ -602,22 +694,20 @@ struct I8Consumer {
     for (int m = 0; m < S::MB; ++m)
 #pragma unroll
       for (int k = 0; k < 2; ++k) raw[m][k] = *reinterpret_cast<const uint4*>(raw_base + raw_step(m, k));
-    if (args.path_stats != nullptr && ct % 128 == 0) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);
+    if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);
     if (fast) {
+      const uint32_t my_offsets = my_scale - uint32_t(my_kmin) * 0x01010101u;  // no borrows: bytes >= kmin
+      const float my_factor = __uint_as_float(uint32_t(imax(my_kmin, 2) - 2) << 23);  // 2^(kmin - 129)
       int d[S::MB][2];
       float scale[S::MB];
 #pragma unroll
       for (int m = 0; m < S::MB; ++m) {
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const int kmin = warp_bcast(my_kmin, 16 * m + g + 8 * k);
-          d[m][k] = (int(scale_bytes[4 * key_of(m, k) + t]) - kmin) & 3;  // 0..3 on every scored key
-        }
-        // the key this lane stores (key_of(m, t & 1)): its scale 2^(kmin - 129)
-        const int kmin_own = warp_bcast(my_kmin, 16 * m + g + 8 * (t & 1));
-        scale[m] = __uint_as_float(uint32_t(imax(kmin_own, 2) - 2) << 23);
+        for (int k = 0; k < 2; ++k)  // block t's offset: 0..2 on every scored key
+          d[m][k] = int(warp_bcast(my_offsets, 16 * m + g + 8 * k) >> (8 * t)) & 3;
+        scale[m] = warp_bcast(my_factor, 16 * m + g + 8 * (t & 1));  // the key this lane stores
       }
-      mbar_arrive(&sm.empty[c][s]);
+      mbar_arrive(&sm.empty[c][ring.slot]);
       fast_stage(raw, d, scale, n0);
     } else {
       uint32_t sc[S::MB][2];
@@ -625,10 +715,10 @@ struct I8Consumer {
       for (int m = 0; m < S::MB; ++m)
 #pragma unroll
         for (int k = 0; k < 2; ++k) sc[m][k] = st.scale[key_of(m, k)];
-      mbar_arrive(&sm.empty[c][s]);
+      mbar_arrive(&sm.empty[c][ring.slot]);
 #pragma unroll
       for (int m = 0; m < S::MB; ++m) {
-        convert(raw[m][0], raw[m][1], 0, 0, afr[0]);
+        convert(raw[m][0], raw[m][1], afr[0]);
         canonical_mb(afr[0], sc[m][0], sc[m][1], n0, m);
       }
     }
@@ -639,7 +729,7 @@ struct I8Consumer {
     if (p.t0 * kBlockN >= kend) return;  // the producer skips it too
     setup_group(p);
 #pragma unroll 1
-    for (int n0 = (p.t0 + S::MB * c) * kBlockN; n0 < kend; n0 += S::KEYS * CONS, ++iter) stage(n0);
+    for (int n0 = (p.t0 + S::MB * c) * kBlockN; n0 < kend; n0 += S::KEYS * CONS, ring.advance()) stage(n0);
   }
 };
 
@@ -647,8 +737,7 @@ template <int R, int H, int CONS>
 __global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const LaunchArgs args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = I8Shape<R, H, CONS>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];  // the declaration kernel_sm90.cuh shares
-  auto& sm = *reinterpret_cast<I8Smem<R, H, CONS>*>(smem_raw);
+  auto& sm = *reinterpret_cast<I8Smem<R, H, CONS>*>(i8_smem);
   const SeqView sv{args.qsl, args.row_ends, args.num_seqs, args.num_rows, args.key_cap};
   const int tid = threadIdx.x, lane = tid & 31;
   if (tid == 0) {
@@ -661,6 +750,7 @@ __global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const 
       }
   }
   if (tid < 4) sm.tables[tid] = i8_table(tid);
+  if (tid >= 4 && tid < 8) sm.ktables[tid - 4] = i8_key_table(tid - 4);
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   if (args.mode == kModeFree && tid < 32) {
     const CtaRange cr = cta_range_scan(sv, R, blockIdx.x, gridDim.x, lane);
@@ -692,6 +782,7 @@ __global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const 
     cons.lane = lane;
     cons.g = lane >> 2;
     cons.t = lane & 3;
+    cons.count_paths = args.path_stats != nullptr && ct % 128 == 0;
     while (walk.next(sv, R, p))
       if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);
   }

@@ -113,63 +113,51 @@ OPUS_DEV uint64_t smem_desc(const void* base, uint32_t k_step, uint32_t mn_step)
 #define OPUS_R16(d, i) OPUS_R8(d, i), OPUS_R8(d, i + 8)
 #define OPUS_R32(d, i) OPUS_R16(d, i), OPUS_R16(d, i + 16)
 
-// D (s32, 64 x N over the warpgroup) (+)= A (s8, 64 x 32, registers) x B (s8, 32 x N, shared).
-// `acc` false starts from zero. Per thread: N/2 accumulators, 4 A registers.
-template <int N>
-struct WgmmaS8;
+// D (s32, 64 x N over the warpgroup) (+)= A (64 x 32, registers) x B (s8, 32 x N, shared); A is
+// s8, or u8 when KEY_U8. `acc` false starts from zero. Per thread: N/2 accumulators, 4 A registers.
+#define OPUS_IGMMA(SHAPE, ATYPE, DREGS, AREGS, DESC, PRED, ...)                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, " PRED ", 0;\n"                                   \
+               "wgmma.mma_async.sync.aligned." SHAPE ".s32." ATYPE ".s8 " DREGS ", " AREGS ", " DESC \
+               ", p;\n}\n"                                                                         \
+               : __VA_ARGS__                                                                       \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(uint32_t(acc)))
+#define OPUS_IGMMA_BOTH(SHAPE, DREGS, AREGS, DESC, PRED, ...)        \
+  if constexpr (KEY_U8)                                              \
+    OPUS_IGMMA(SHAPE, "u8", DREGS, AREGS, DESC, PRED, __VA_ARGS__);  \
+  else                                                               \
+    OPUS_IGMMA(SHAPE, "s8", DREGS, AREGS, DESC, PRED, __VA_ARGS__)
 
-template <>
-struct WgmmaS8<16> {
+template <int N, bool KEY_U8 = false>
+struct WgmmaI8;
+
+template <bool KEY_U8>
+struct WgmmaI8<16, KEY_U8> {
   static OPUS_DEV void run(int32_t (&d)[8], const uint32_t (&a)[4], uint64_t b, bool acc) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.u32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p;\n}\n"
-        : OPUS_R8(d, 0)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(uint32_t(acc)));
+    OPUS_IGMMA_BOTH("m64n16k32", "{%0, %1, %2, %3, %4, %5, %6, %7}", "{%8, %9, %10, %11}", "%12", "%13",
+                    OPUS_R8(d, 0));
   }
 };
 
-template <>
-struct WgmmaS8<32> {
+template <bool KEY_U8>
+struct WgmmaI8<32, KEY_U8> {
   static OPUS_DEV void run(int32_t (&d)[16], const uint32_t (&a)[4], uint64_t b, bool acc) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.u32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-        "{%16, %17, %18, %19}, %20, p;\n}\n"
-        : OPUS_R16(d, 0)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(uint32_t(acc)));
+    OPUS_IGMMA_BOTH("m64n32k32", "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}",
+                    "{%16, %17, %18, %19}", "%20", "%21", OPUS_R16(d, 0));
   }
 };
 
-template <>
-struct WgmmaS8<64> {
+template <bool KEY_U8>
+struct WgmmaI8<64, KEY_U8> {
   static OPUS_DEV void run(int32_t (&d)[32], const uint32_t (&a)[4], uint64_t b, bool acc) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.u32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "{%32, %33, %34, %35}, %36, p;\n}\n"
-        : OPUS_R32(d, 0)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(uint32_t(acc)));
+    OPUS_IGMMA_BOTH("m64n64k32",
+                    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}",
+                    "{%32, %33, %34, %35}", "%36", "%37", OPUS_R32(d, 0));
   }
 };
 
-template <>
-struct WgmmaS8<128> {
-  static OPUS_DEV void run(int32_t (&d)[64], const uint32_t (&a)[4], uint64_t b, bool acc) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.u32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "{%64, %65, %66, %67}, %68, p;\n}\n"
-        : OPUS_R32(d, 0), OPUS_R32(d, 32)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(uint32_t(acc)));
-  }
-};
-
+#undef OPUS_IGMMA_BOTH
+#undef OPUS_IGMMA
 #undef OPUS_R4
 #undef OPUS_R8
 #undef OPUS_R16
