@@ -16,7 +16,7 @@ from mqa_logits_mxfp4.dispatch import registry
 from mqa_logits_mxfp4.problems import EDGE_SOURCES, make_edge_problem
 from mqa_logits_mxfp4.reference import compare_to_reference
 
-from .common import (DEVICES, MODES, assert_untouched_outside, build, candidates, config, instance_of,
+from .common import (DEVICES, MODES, POISON, assert_untouched_outside, build, candidates, config, instance_of,
                      need_device, reference, run, run_and_check)
 
 CANDIDATES = candidates()
@@ -134,6 +134,42 @@ def test_i8_paths_taken(data, pair, mode):
         assert fast == 0 and canonical > 0, (fast, canonical)
     else:
         assert fast > 0 and canonical >= 1, (fast, canonical)
+
+
+def plant_scattered(prob, every: int = 7):
+    """Every `every`-th page of the cache with key block offsets of 3 (just outside the i8 fast
+    rule), the rest narrow: many stages mix both kinds of tiles."""
+    kv_scale = prob.kv_scale.clone()
+    pages = torch.arange(0, kv_scale.shape[0], every, device=kv_scale.device)
+    kv_scale[pages, :, 1] = (kv_scale[pages, :, 0].int() + 3).clamp(max=250).to(torch.uint8)
+    return prob.__class__(**{**prob.__dict__, "kv_scale": kv_scale})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pair", [p for p in I8 if "_r1w" in p.values[0][1]])
+def test_i8_modes_bitwise_on_mixed_stages(pair):
+    """One-row i8 instances on long sequences (split across programs at odd and even tiles) whose
+    stages mix fast and canonical keys: a stage pairs the sequence's tiles 2j, 2j + 1 in every
+    mode, so every mode gives the same bits (docs/numerics.md, "Integer tiles")."""
+    if not torch.cuda.is_available() or registry.get("opus").available() is not None:
+        pytest.skip("the opus backend on a GPU")
+    prob = plant_scattered(build("v4_decode", "cuda", seed=59, grow=64, **NARROW))
+    outs = {}
+    for mode in MODES:
+        cfg = config(prob, pair, mode)
+        outs[mode] = run(prob, cfg, mode)
+        assert compare_to_reference(outs[mode], reference(prob, cfg)) == [], mode
+    for mode in MODES[1:]:
+        assert torch.equal(outs[mode], outs[MODES[0]]), f"{mode} differs from {MODES[0]}"
+    # the data does mix the paths (else the comparison proves nothing)
+    cfg = config(prob, pair, "free")
+    backend, _ = instance_of(pair)
+    stats = torch.zeros(2, dtype=torch.int64, device="cuda")
+    out = torch.full_like(outs["free"], POISON)
+    backend.launch(cfg, "free", *prob.args(), out, None, None, path_stats=stats)
+    fast, canonical = stats.tolist()
+    assert fast > 0 and canonical > 0, (fast, canonical)
+    assert torch.equal(out, outs["free"])
 
 
 def misaligned(t: torch.Tensor, offset: int) -> torch.Tensor:

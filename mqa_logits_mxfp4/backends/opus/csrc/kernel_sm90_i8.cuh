@@ -122,6 +122,7 @@ struct I8Smem {
   uint64_t full[CONS][S::STAGES];
   uint64_t empty[CONS][S::STAGES];
   int range[4];
+  int piece_keys[CONS][3];            // per consumer warpgroup: its piece's first key, the group's key end, khi
 };
 
 template <int R, int H, int CONS>
@@ -148,10 +149,12 @@ OPUS_DEV PieceWalk make_walk(const LaunchArgs& args, const SeqView& sv, int rows
   return w;
 }
 
-// The keys a piece may load and store: below the largest row end of its rows (`gend`) and
-// within its own tiles (a stage's second tile may belong to the next piece or program).
+// The keys a piece's row group sees: below the largest row end of its rows. A stage holds the
+// sequence's tiles 2j and 2j + 1 whatever the piece's bounds, so that its path vote is the same
+// in every mode (the pieces of Free, Table and Prefill start at different tiles): it loads and
+// votes on every key below this end, and stores only the piece's own keys.
 template <int R>
-OPUS_DEV int piece_key_end(const LaunchArgs& args, const Piece& p) {
+OPUS_DEV int group_key_end(const LaunchArgs& args, const Piece& p) {
   int gend = 0;
 #pragma unroll 1
   for (int r = p.r0; r < p.r1 && r < p.r0 + R; ++r) {
@@ -160,8 +163,10 @@ OPUS_DEV int piece_key_end(const LaunchArgs& args, const Piece& p) {
     row_window(args, r, true, e, b);
     gend = imax(gend, e);
   }
-  return imin(gend, p.t1 * kBlockN);
+  return gend;
 }
+// The first key of the stage that holds tile t (stages pair tiles 2j, 2j + 1 of the sequence).
+OPUS_DEV int stage_start(int t) { return (t & ~1) * kBlockN; }
 
 OPUS_DEV int byte_of(uint32_t w, int i) { return int(w >> (8 * i) & 0xFFu); }
 OPUS_DEV int min4(uint32_t w) { return imin(imin(byte_of(w, 0), byte_of(w, 1)), imin(byte_of(w, 2), byte_of(w, 3))); }
@@ -193,14 +198,14 @@ struct I8Producer {
 
   // Keys [n0, n0 + KEYS) in chunks of L = min(page size, 64) keys, each inside one page and
   // contiguous there: lane l copies chunk l with two bulk copies (its 64-byte key rows and its
-  // scale words) that land on the stage's `full` barrier. A chunk at or past `kend` is not
+  // scale words) that land on the stage's `full` barrier. A chunk at or past `gend` is not
   // read (the consumers ignore those keys); a chunk whose page lies outside the cache gets NaN
   // scales and no read.
   OPUS_DEV int chunk_keys() const { return imin(args.page_size, 64); }  // a power of two, 8..64
   // The cache slot of this lane's chunk of the stage at n0: -2 not read, -1 outside the cache.
-  OPUS_DEV long long chunk_slot(const int32_t* bt_row, int n0, int kend) const {
+  OPUS_DEV long long chunk_slot(const int32_t* bt_row, int n0, int gend) const {
     const int k0 = lane * chunk_keys(), n = n0 + k0;
-    return k0 < S::KEYS && n < kend ? key_slot(args, bt_row, n) : -2;
+    return k0 < S::KEYS && n < gend ? key_slot(args, bt_row, n) : -2;
   }
   OPUS_DEV void load_stage_bulk(I8Stage<S::KEYS>& st, uint64_t* full, long long slot) const {
     const int L = chunk_keys(), k0 = lane * L;
@@ -219,14 +224,14 @@ struct I8Producer {
   }
 
   // The same stage key by key with cp.async, for a kv_scale that is only 4-byte aligned:
-  // lane l takes keys l, l + 32, ...; a key at or past `kend` gets zeros and finite scales, one
+  // lane l takes keys l, l + 32, ...; a key at or past `gend` gets zeros and finite scales, one
   // outside the cache zeros and NaN scales; nothing is read for either.
-  OPUS_DEV void load_stage_keys(I8Stage<S::KEYS>& st, uint64_t* full, const int32_t* bt_row, int n0, int kend) const {
+  OPUS_DEV void load_stage_keys(I8Stage<S::KEYS>& st, uint64_t* full, const int32_t* bt_row, int n0, int gend) const {
 #pragma unroll 1
     for (int kk = lane; kk < S::KEYS; kk += 32) {
       const int n = n0 + kk;
       long long slot = -2;  // dead
-      if (n < kend) slot = key_slot(args, bt_row, n);  // -1: outside the cache
+      if (n < gend) slot = key_slot(args, bt_row, n);  // -1: outside the cache
       const bool ok = slot >= 0;
       const uint8_t* src = ok ? args.kv + slot * kHeadBytes : args.kv;
 #pragma unroll
@@ -238,21 +243,21 @@ struct I8Producer {
   }
 
   OPUS_DEV void piece(const Piece& p) {
-    const int kend = piece_key_end<R>(args, p);
+    const int gend = group_key_end<R>(args, p), kend = imin(gend, p.t1 * kBlockN);
     const int32_t* bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;
     constexpr int STEP = S::KEYS * CONS;
-    int n0 = (p.t0 + S::MB * c) * kBlockN;
-    long long slot = bulk ? chunk_slot(bt_row, n0, kend) : -2;
+    int n0 = stage_start(p.t0) + S::KEYS * c;
+    long long slot = bulk ? chunk_slot(bt_row, n0, gend) : -2;
 #pragma unroll 1
     for (; n0 < kend; n0 += STEP, ring.advance()) {
       // the next stage's table entry is read while this stage waits for its slot and copies
-      const long long next = bulk ? chunk_slot(bt_row, n0 + STEP, kend) : -2;
+      const long long next = bulk ? chunk_slot(bt_row, n0 + STEP, gend) : -2;
       const int s = ring.slot;
       mbar_wait(&sm.empty[c][s], ring.phase ^ 1u);
       if (bulk)
         load_stage_bulk(sm.stage[c][s], &sm.full[c][s], slot);
       else
-        load_stage_keys(sm.stage[c][s], &sm.full[c][s], bt_row, n0, kend);
+        load_stage_keys(sm.stage[c][s], &sm.full[c][s], bt_row, n0, gend);
       slot = next;
     }
   }
@@ -272,7 +277,11 @@ struct I8Consumer {
   int warp, lane, g, t;
   bool count_paths = false;  // path_stats given and this is its warpgroup's first thread
   RingPos<S::STAGES> ring;
-  int r0 = 0, r1 = 0, kend = 0;
+  int r0 = 0, r1 = 0;
+  int kend = 0;  // the piece's key end (its stores stay below it, and below their rows' ends)
+  // Per stage, read from sm.piece_keys (registers the stage loop does not have to carry): the
+  // piece's first key (stores start there), the group's key end (keys below it vote) and khi.
+  int kbeg = 0, vend = 0;
   // The group's output rows and where their stores end: in registers for up to two rows, read
   // from shared memory for more (registers the wider groups' stage loops do not have)
   static constexpr bool ROWS_IN_REGS = R <= 2;
@@ -364,10 +373,14 @@ struct I8Consumer {
     }
   }
 
-  OPUS_DEV void setup_group(const Piece& p) {
+  OPUS_DEV void setup_group(const Piece& p, int gend) {
     r0 = p.r0;
     r1 = imin(p.r1, p.r0 + R);
     bar_sync(1, S::CT);  // every consumer is done with the previous group
+    if (ct % 128 == 0) {
+      sm.piece_keys[c][0] = p.t0 * kBlockN;
+      sm.piece_keys[c][1] = gend;
+    }
     int qmax_hi, wexp_hi;
     const bool mine = setup_columns(qmax_hi, wexp_hi);
 #pragma unroll
@@ -392,6 +405,7 @@ struct I8Consumer {
       wexp_g = imax(wexp_g, sm.red[i][1]);
     }
     khi = fast ? imin(kI8Hi, imin(kI8PairHi - qmax_g, kI8WeightKey - wexp_g)) : 0;
+    if (ct % 128 == 0) sm.piece_keys[c][2] = khi;  // read back each stage (the last barrier below orders it)
     setup_operand(fast);
     fence_async_smem();
     bar_sync(1, S::CT);
@@ -532,7 +546,7 @@ struct I8Consumer {
     float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));
     v = fadd_rn(v, warp_xor(v, 2));
     const int n = n0 + key_of(mb, k_own ? 1 : 0);
-    if (t < 2 && n < row_end(r)) row_out(r)[n] = fmul_rn(v, scale);
+    if (t < 2 && n >= kbeg && n < row_end(r)) row_out(r)[n] = fmul_rn(v, scale);
   }
 
   // The epilogue of unit u (its wgmma has retired).
@@ -666,7 +680,7 @@ struct I8Consumer {
             }
           const float val = head_tree(x, r);
           const int n = n0 + key_of(mb, kk);
-          if (t == kk && n < sm.rend[r]) args.out[sm.obase[r] + n] = val;
+          if (t == kk && n >= kbeg && n < sm.rend[r]) args.out[sm.obase[r] + n] = val;
         }
       }
     }
@@ -674,18 +688,21 @@ struct I8Consumer {
 
   OPUS_DEV void stage(int n0) {
     mbar_wait(&sm.full[c][ring.slot], ring.phase);
+    kbeg = sm.piece_keys[c][0];
+    vend = sm.piece_keys[c][1];
+    khi = sm.piece_keys[c][2];
     const Stage& st = sm.stage[c][ring.slot];
     // Each lane judges one key of the warp's 32 (M block lane / 16, row lane % 16) and hands its
     // block offsets from the smallest scale byte (one byte each) to the lanes that convert it.
-    // Keys at or past kend are not scored: their bytes (stale, or the page's next keys) take no
-    // part in the vote.
+    // Keys at or past vend are not scored: their bytes (stale, or the page's next keys) take no
+    // part in the vote; the stage's other keys do, whichever piece stores them.
     const int my_key = 64 * (lane >> 4) + 16 * warp + (lane & 15);
     const uint32_t my_scale = st.scale[my_key];
     const int my_kmin = min4(my_scale);
     bool fast = false;
     if (khi > 0) {  // uniform: the group's verdict
       const int my_kmax = max4(my_scale);
-      const bool ok = n0 + my_key >= kend || (my_kmax - my_kmin <= kI8KeySpread && my_kmin >= kI8Lo && my_kmax <= khi);
+      const bool ok = n0 + my_key >= vend || (my_kmax - my_kmin <= kI8KeySpread && my_kmin >= kI8Lo && my_kmax <= khi);
       fast = bar_and(2 + c, 128, ok);
     }
     const uint8_t* raw_base = st.raw + raw_offset();
@@ -725,11 +742,12 @@ struct I8Consumer {
   }
 
   OPUS_DEV void piece(const Piece& p) {
-    kend = piece_key_end<R>(args, p);
+    const int gend = group_key_end<R>(args, p);
+    kend = imin(gend, p.t1 * kBlockN);
     if (p.t0 * kBlockN >= kend) return;  // the producer skips it too
-    setup_group(p);
+    setup_group(p, gend);
 #pragma unroll 1
-    for (int n0 = (p.t0 + S::MB * c) * kBlockN; n0 < kend; n0 += S::KEYS * CONS, ring.advance()) stage(n0);
+    for (int n0 = stage_start(p.t0) + S::KEYS * c; n0 < kend; n0 += S::KEYS * CONS, ring.advance()) stage(n0);
   }
 };
 
