@@ -88,39 +88,11 @@ OPUS_HD constexpr I8Table i8_key_table(int d) {
   return I8Table{i8_key_pack(0, d, false), i8_key_pack(4, d, false), i8_key_pack(0, d, true), i8_key_pack(4, d, true)};
 }
 
-// The key word's complement, half shift and joins. On the GPU they run as integer multiply-adds
-// (the FMA pipe) instead of ALU operations, which the permutes keep busy; the multipliers live
-// in constant memory so that ptxas cannot fold them back into ALU forms.
-#if defined(__CUDACC__)
-__constant__ uint32_t kI8Mad[3] = {1u, 0xFFFFFFFFu, 0x10000u};
-#endif
-OPUS_HD uint32_t i8_not(uint32_t x) {
-#if defined(__CUDA_ARCH__)
-  return x * kI8Mad[1] + kI8Mad[1];  // -x - 1
-#else
-  return ~x;
-#endif
-}
-OPUS_HD uint32_t i8_high_half(uint32_t x) {
-#if defined(__CUDA_ARCH__)
-  return __umulhi(x, kI8Mad[2]);
-#else
-  return x >> 16;
-#endif
-}
-OPUS_HD uint32_t i8_join(uint32_t a, uint32_t b) {  // bytes where one of them is 0: a + b = a | b
-#if defined(__CUDA_ARCH__)
-  return a * kI8Mad[0] + b;
-#else
-  return a | b;
-#endif
-}
-
 // 8 codes -> 8 biased key bytes kI8KeyBias + 2 * value * 2^d, laid out as i8_word's.
 OPUS_HD void i8_key_word(uint32_t x, const I8Table& t, uint32_t& lo, uint32_t& hi) {
-  const uint32_t xn = i8_not(x);  // a negative code's magnitude bits complemented, its sign bit clear
-  lo = i8_join(prmt(t.pos_lo, t.pos_hi, x), prmt(t.neg_lo, t.neg_hi, xn));
-  hi = i8_join(prmt(t.pos_lo, t.pos_hi, i8_high_half(x)), prmt(t.neg_lo, t.neg_hi, i8_high_half(xn)));
+  const uint32_t xn = ~x;  // a negative code's magnitude bits complemented, its sign bit clear
+  lo = prmt(t.pos_lo, t.pos_hi, x) | prmt(t.neg_lo, t.neg_hi, xn);
+  hi = prmt(t.pos_lo, t.pos_hi, x >> 16) | prmt(t.neg_lo, t.neg_hi, xn >> 16);
 }
 
 // The bias's correction. A fast-path dot product over biased key bytes counts kI8KeyBias times

@@ -244,6 +244,7 @@ struct I8Producer {
 
   OPUS_DEV void piece(const Piece& p) {
     const int gend = group_key_end<R>(args, p), kend = imin(gend, p.t1 * kBlockN);
+    if (p.t0 * kBlockN >= kend) return;  // the consumers skip it too (its first stage may start below kend)
     const int32_t* bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;
     constexpr int STEP = S::KEYS * CONS;
     int n0 = stage_start(p.t0) + S::KEYS * c;
