@@ -17,8 +17,10 @@
 //             are the canonical ones.
 //
 // Roles (warpgroup 0 produces, warpgroups 1..CONS consume):
-//   schedule  every thread walks the same pieces (worksplit.h); the tiles of a piece go round
-//             robin to the consumer warpgroups, tile t0 + c + k * CONS to consumer c.
+//   schedule  every thread walks the same pieces (worksplit.h); a stage is the sequence's tiles
+//             2j, 2j + 1 (whatever the piece's bounds: the same stages and votes in every mode,
+//             each piece storing only its own keys), and a piece's stages go round robin to the
+//             consumer warpgroups, the k-th from the one holding tile t0 to consumer k % CONS.
 //   producer  warp c of warpgroup 0 fills consumer c's stages (128 keys each): per chunk of
 //             min(page size, 64) keys of one page, one table lookup and two bulk copies (key
 //             rows, scale words) onto the stage's barrier; a chunk the table sends outside the
