@@ -93,7 +93,8 @@ struct I8Shape {
   static_assert(CONSUMER_REGS >= LAUNCH_REGS && PRODUCER_REGS <= LAUNCH_REGS, "setmaxnreg directions");
 };
 
-// One stage: two consecutive 64-key tiles of a piece (the second may lie past the piece: dead).
+// One stage: the sequence's 64-key tiles 2j and 2j + 1 (either may lie outside the piece that
+// scores it: loaded and voted on below the row group's key end, never stored).
 template <int KEYS>
 struct I8Stage {
   uint8_t raw[KEYS * kHeadBytes];  // key k's block b at k * 64 + 16 * b, as in the cache page
@@ -285,6 +286,7 @@ struct I8Consumer {
   // Per stage, read from sm.piece_keys (registers the stage loop does not have to carry): the
   // piece's first key (stores start there), the group's key end (keys below it vote) and khi.
   int kbeg = 0, vend = 0;
+  int khi = 0;   // a key's largest byte on a fast tile is at most this (0: the group never is fast)
   // The group's output rows and where their stores end: in registers for up to two rows, read
   // from shared memory for more (registers the wider groups' stage loops do not have)
   static constexpr bool ROWS_IN_REGS = R <= 2;
@@ -292,7 +294,6 @@ struct I8Consumer {
   int rend[ROWS_IN_REGS ? R : 1];
   OPUS_DEV float* row_out(int r) const { return ROWS_IN_REGS ? orow[ROWS_IN_REGS ? r : 0] : sm.optr[r]; }
   OPUS_DEV int row_end(int r) const { return ROWS_IN_REGS ? rend[ROWS_IN_REGS ? r : 0] : sm.rend[r]; }
-  int khi = 0;   // a key's largest byte on a fast tile is at most this (0: the group never is fast)
   float wreg[S::W_IN_REGS ? S::N / 4 : 1];
 
   // Group setup, pass 1: per column its scales, weights and fast verdict; returns the column's.

@@ -20,11 +20,11 @@
 //                largest of its key / head, where that is exact (docs/numerics.md, "Folded
 //                scales"); the f16 path elsewhere. rows x heads <= 128 (two query operands)
 //           i8   sm90a INT8 wgmma (kernel_sm90_i8.cuh): a producer warpgroup gathers key tiles
-//                into 4-stage rings, two (w12) or three (w16: 160 registers a thread,
-//                one row of <= 64 heads) consumer warpgroups convert them
-//                to INT8 and run one exact K = 128 chain a tile where the block scales differ by
-//                shifts of 0-3 (not the canonical order; within the tolerance), the canonical steps
-//                elsewhere. One CTA an SM
+//                into stage rings (bulk copies), two (w12) or three (w16: 160 registers a thread,
+//                one row of <= 64 heads) consumer warpgroups convert them to INT8 and run one
+//                exact K = 128 chain a tile where a key's block scales differ by shifts of 0-2 and
+//                a head's by 0-3 (not the canonical order; within the tolerance), the canonical
+//                steps elsewhere. One CTA an SM
 //           mxf4 one scaled MFMA 32x32x64 a scale block on raw E2M1 operands, unit
 //                hardware scales (the E8M0 scales are applied on the VALU)
 //   rows    rows of one sequence per row group (they share every loaded key tile)
