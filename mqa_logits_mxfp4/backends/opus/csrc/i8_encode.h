@@ -97,7 +97,7 @@ OPUS_HD void i8_key_word(uint32_t x, const I8Table& t, uint32_t& lo, uint32_t& h
 
 // The bias's correction. A fast-path dot product over biased key bytes counts kI8KeyBias times
 // the column's operand sum too; a fifth k-slice takes it back: the key operand there is the
-// constant kI8BiasKey (slot 0 holds 1, the other 31 slots 255), and the column's 32 signed
+// constant i8_bias_key (slot 0 holds 1, the other 31 slots 255), and the column's 32 signed
 // bytes b_p (slot p, word p / 4, byte p % 4) satisfy sum_p a_p * b_p = -kI8KeyBias * qsum. For
 // |qsum| <= 128 * 96: |b_0| <= 127, and the other slots carry at most 3084 < 31 * 127.
 OPUS_HD constexpr uint32_t i8_bias_key(int slot) { return slot == 0 ? 1u : 255u; }
