@@ -4,6 +4,9 @@
 #pragma once
 
 #include <stdint.h>
+#ifdef OPUS_MBAR_WATCHDOG
+#include <cstdio>
+#endif
 
 #include "port.h"
 
@@ -22,7 +25,23 @@ OPUS_DEV void mbar_arrive(uint64_t* bar) {
 }
 // Blocks until the phase of parity `parity` has completed (a fresh barrier counts parity 1 as
 // completed, so a producer's first wait on an empty slot passes).
+// With OPUS_MBAR_WATCHDOG defined (debugging a hang; off in every build here), a wait that
+// spins 2^22 times prints its block, thread and barrier address and traps.
 OPUS_DEV void mbar_wait(uint64_t* bar, uint32_t parity) {
+#ifdef OPUS_MBAR_WATCHDOG
+  for (long long spin = 0;; ++spin) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+    if (done) return;
+    if (spin == (1ll << 22)) {
+      printf("mbar_wait stuck: block (%d,%d) thread %d barrier smem 0x%x parity %u\n", blockIdx.x, blockIdx.y,
+             threadIdx.x, smem_addr(bar), parity);
+      __trap();
+    }
+  }
+#endif
   asm volatile(
       "{\n"
       ".reg .pred done;\n"
