@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from gfx_isa import mfma_real_scales
+
 
 @contextlib.contextmanager
 def redirected(fd: int, path: Path):
@@ -58,6 +60,7 @@ def compile_one(spec, route: str, work: Path) -> dict:
                 with tc.no_linker():
                     isa = tc.isa_text_of(tc.compile_kernel(spec))
             rec["facts"] = tc.isa_facts(isa)
+            rec["facts"]["real_scales"] = mfma_real_scales(isa)
         except BaseException as e:  # a failed compile is a record, the next kernel still runs
             rec["error"] = f"{type(e).__name__}: {e}"[-4000:]
     rec["seconds"] = round(time.perf_counter() - start, 3)

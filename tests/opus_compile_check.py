@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from gfx_isa import lane_ops_in_mfma_loop, mfma_real_scales
+
 ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "mqa_logits_mxfp4" / "backends" / "opus" / "csrc"
 KERNELS = CSRC / "kernels.cu"
@@ -116,7 +118,8 @@ def rocm_tree(clang: str, where: Path) -> Path:
 
 _SM90_ARGS = re.compile(r"mqa_logits_sm90ILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
 _SM90_I8_ARGS = re.compile(r"mqa_logits_sm90_i8ILi(\d+)ELi(\d+)ELi(\d+)E")  # rows, heads, consumer warpgroups
-_GFX_ARGS = re.compile(r"mqa_logits_gfx9\d\dILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
+_GFX_ARGS = re.compile(r"mqa_logits_gfx9\d\dILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")  # family, rows, heads, waves, ctas
+GFX_FAMILY = {"gfx942": {0: "f16", 1: "fp8"}, "gfx950": {0: "mxf4", 1: "mxsc"}}  # the FAMILY template argument
 # The MFMA each gfx body is written for (tests/test_opus_build.py asserts its count).
 GFX_MFMA = {"gfx942": "v_mfma_f32_16x16x16_f16", "gfx950": "v_mfma_scale_f32_32x32x64_f8f6f4"}
 FAMILY_CODE = {0: "f16", 1: "fp8", 2: "fold"}
@@ -216,8 +219,9 @@ def compile_gfx(arch: str, work: Path) -> dict:
         def field(key, blk=block):
             f = re.search(rf"\.{key}:\s+(\d+)", blk)
             return int(f.group(1)) if f else None
-        rows, heads, waves, ctas = (int(x) for x in _GFX_ARGS.search(name).groups())
-        kernels[name] = dict(rows=rows, heads=heads, waves=waves, ctas=ctas, vgpr=field("vgpr_count"),
+        fam, rows, heads, waves, ctas = (int(x) for x in _GFX_ARGS.search(name).groups())
+        kernels[name] = dict(family=GFX_FAMILY[arch][fam], rows=rows, heads=heads, waves=waves, ctas=ctas,
+                             vgpr=field("vgpr_count"),
                              agpr=field("agpr_count"), sgpr=field("sgpr_count"), vgpr_spill=field("vgpr_spill_count"),
                              sgpr_spill=field("sgpr_spill_count"), scratch=field("private_segment_fixed_size"),
                              lds=field("group_segment_fixed_size"))
@@ -230,6 +234,8 @@ def compile_gfx(arch: str, work: Path) -> dict:
             kernels[name]["mfma_ops"] = {op: ops.count(op) for op in sorted(set(ops))}
             kernels[name]["mfma"] = ops.count(GFX_MFMA[arch])
             kernels[name]["calls"] = len(re.findall(r"s_swappc|s_setpc", body))
+            kernels[name]["real_scales"] = mfma_real_scales(body)
+            kernels[name]["tile_loop_lane_ops"] = lane_ops_in_mfma_loop(body)
     rec["kernels"] = kernels
     return rec
 

@@ -101,8 +101,10 @@ def test_instances_are_registered_and_never_validated():
     assert registry.get("flydsl") is BACKEND
     names = [i.name for i in BACKEND.instances()]
     assert {"fly_h32_r1w4", "fly_h64_r1w4", "fly_h128_r1w4"} <= set(names) and len(set(names)) == len(names)
+    assert {i.name for i in INSTANCES if not i.canonical} == {i.name.replace("fly_", "fly_mxsc_") for i in INSTANCES if i.canonical}
     for inst in INSTANCES:
         assert inst.validated_on == () and not inst.validated("gfx950")
+        assert inst.canonical == (inst.family == "scaled")
         assert inst.arches == ("gfx950",) and inst.modes == tuple(MODES) and {8, 64} <= set(inst.page_sizes)
         assert registry.find_instance(inst.name) == (BACKEND, inst)
 
@@ -135,7 +137,11 @@ def test_instance_rules(name, over, reason):
 
 def test_default_rule():
     decode = BACKEND.ranked_picks(gfx950_key(max_qlen=3))
-    assert decode[0] == (next(i for i in INSTANCES if i.name == "fly_h64_r4w4"), "free")
+    # the full-rate family first (not canonical), then the canonical one in the same row order
+    assert decode[0] == (next(i for i in INSTANCES if i.name == "fly_mxsc_h64_r4w4"), "free")
+    families = [i.family for i, _ in decode]
+    assert families == sorted(families) and set(families) == {"mxsc", "scaled"}  # mxsc < scaled
+    assert [(i.rows, m) for i, m in decode if i.family == "mxsc"] == [(i.rows, m) for i, m in decode if i.family == "scaled"]
     prefill = BACKEND.ranked_picks(gfx950_key(max_qlen=512, max_rows=2048))
     assert prefill[0][1] == "prefill" and prefill[0][0].rows == 4
     gather = BACKEND.ranked_picks(gfx950_key(heads=32, page_size=8, gather=True))
@@ -310,11 +316,20 @@ def test_kernel_compiles_for_gfx950(spec):
     assert rec["error"] is None and "error:" not in rec["stderr"], rec["error"] or rec["stderr"]
     f = rec["facts"]
     assert f["target"] == "amdgcn-amd-amdhsa-unknown-gfx950"
-    # one scaled MFMA per scale block, row and 16-head tile of a 16-key step: docs/numerics.md step 3
-    assert f["scaled_mfma"] == 4 * spec.rows * spec.heads // 16
+    tiles = spec.rows * spec.heads // 16  # (row, 16-head tile) operands of a 16-key step
+    if spec.family == "scaled":
+        # one scaled MFMA per scale block and operand, unit scales: docs/numerics.md step 3
+        assert f["scaled_mfma"] == 4 * tiles and f["real_scales"] == 0
+        assert f["group_segment_fixed_size"] == spec.rows * spec.heads * 84   # staged queries only
+    else:
+        # mxsc: one MFMA an operand over the whole head_dim with the real scales in registers (a
+        # quarter of scaled's four), plus scaled's four for the fallback
+        assert spec.family == "mxsc"
+        assert f["scaled_mfma"] == (1 + 4) * tiles and f["real_scales"] == tiles
+        # plus the raw scale words and a flag an operand
+        assert f["group_segment_fixed_size"] == spec.rows * spec.heads * 88 + 4 * tiles
     assert (f["vgpr_spill_count"], f["sgpr_spill_count"], f["private_segment_fixed_size"]) == (0, 0, 0)
     assert f["vgpr_count"] <= 256, "more than half the register file: one wave per SIMD"
-    assert f["group_segment_fixed_size"] == spec.rows * spec.heads * 84   # staged queries only
 
 
 @needs_flydsl

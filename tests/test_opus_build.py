@@ -90,7 +90,7 @@ def test_instances_are_registered_and_validated_only_where_they_ran():
         assert inst.validated_on == (("sm_90",) if ran else ())
         assert not inst.validated("gfx950") and not inst.validated("gfx942")
         assert inst.modes == ("table", "free", "prefill") and inst.block_n == 64
-        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|fold|mxf4|i8)_r\d+w\d+", inst.name)
+        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|fold|mxf4|mxsc|i8)_r\d+w\d+", inst.name)
         assert inst.name == f"{inst.arches[0].replace('_', '')}_{inst.family}_r{inst.rows}w{inst.warps}"
         assert all(inst.rows * h <= 256 for h in inst.heads)
         if inst.arches == ("gfx942",):   # 256 B of FP16 query operand a (row, head) in 64 KB of LDS
@@ -135,11 +135,14 @@ def test_default_rule_per_arch():
     assert [i.family for i, _ in prefill][:8] == ["i8"] * 5 + ["fold"] * 3
     gather = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, gather=True))
     assert {i.rows for i, _ in gather} == {1}
-    assert BACKEND.ranked_picks(sm90_key(arch="gfx950"))[0][0].name == "gfx950_mxf4_r2w2"
+    gfx950 = [i.name for i, _ in BACKEND.ranked_picks(sm90_key(arch="gfx950"))]
+    # the scaled MFMA over the whole head_dim first (fewest rows holding the group), then mxf4
+    assert gfx950[:2] == ["gfx950_mxsc_r2w2", "gfx950_mxsc_r4w2"] and gfx950.index("gfx950_mxf4_r2w2") == 3
     gfx942 = BACKEND.ranked_picks(sm90_key(arch="gfx942"))
-    assert [i.name for i, _ in gfx942] == ["gfx942_f16_r2w4", "gfx942_f16_r1w4"]   # 64 heads: r4 holds <= 32
+    # one FP8 MFMA a block before two FP16 ones; 64 heads: r4 holds <= 32
+    assert [i.name for i, _ in gfx942] == ["gfx942_fp8_r2w4", "gfx942_fp8_r1w4", "gfx942_f16_r2w4", "gfx942_f16_r1w4"]
     assert BACKEND.ranked_picks(sm90_key(arch="gfx942", heads=32, max_qlen=4096, max_rows=4096))[0] == \
-        (next(i for i in INSTANCES if i.name == "gfx942_f16_r4w4"), "prefill")
+        (next(i for i in INSTANCES if i.name == "gfx942_fp8_r4w4"), "prefill")
     assert BACKEND.ranked_picks(sm90_key(arch="sm_80")) == []
 
 
@@ -551,35 +554,57 @@ def test_gfx950_kernels_compile_to_the_scaled_mfma():
     assert rec["returncode"] == 0 and "error" not in rec["stderr"].lower(), rec["stderr"]
     assert rec["target"].endswith("gfx950")
     kernels = rec["kernels"].values()
-    assert {("mxf4", k["rows"], k["heads"], k["waves"], k["ctas"]) for k in kernels} == expected_kernels("gfx950")
+    assert {(k["family"], k["rows"], k["heads"], k["waves"], k["ctas"]) for k in kernels} == expected_kernels("gfx950")
     for k in kernels:
-        what = f"r{k['rows']} H{k['heads']}"
-        # one scaled MFMA per (scale block, 32-column M-tile) of a row: docs/numerics.md step 3 stays ours
-        assert k["mfma_ops"] == {"v_mfma_scale_f32_32x32x64_f8f6f4": 4 * -(-k["heads"] // 32)}, what
-        assert_clean_gfx9(k, what)
+        what = f"{k['family']} r{k['rows']} H{k['heads']}"
+        mt = -(-k["heads"] // 32)  # 32-column M-tiles a row
+        if k["family"] == "mxf4":
+            # one scaled MFMA per (scale block, M-tile) of a row, unit hardware scales: docs/numerics.md step 3 stays ours
+            assert k["mfma_ops"] == {"v_mfma_scale_f32_32x32x64_f8f6f4": 4 * mt}, what
+            assert k["real_scales"] == 0, what
+            assert_clean_gfx9(k, what)
+        else:
+            # mxsc: two MFMAs an M-tile over the whole head_dim, the real block scales in registers
+            # (half the MFMAs of mxf4's four a tile, every K lane useful), plus mxf4's four for the
+            # canonical fallback
+            assert k["family"] == "mxsc", what
+            assert k["mfma_ops"] == {"v_mfma_scale_f32_32x32x64_f8f6f4": 2 * mt + 4 * mt}, what
+            assert k["real_scales"] == 2 * mt, what
+            # the second path's uniform state spills SGPRs to VGPR lanes (no memory: no VGPR
+            # spill, no scratch): written once a piece, read back at most 5 times a tile at r >= 2
+            # (v_readlane), against a tile's 6 x M-tiles x rows MFMAs
+            assert k["tile_loop_lane_ops"] <= (0 if k["rows"] == 1 else 5), what
+            assert_clean_gfx9(k, what, sgpr_spills=24)
 
 
-def assert_clean_gfx9(k: dict, what: str) -> None:
+def assert_clean_gfx9(k: dict, what: str, sgpr_spills: int = 8) -> None:
     assert (k["vgpr_spill"], k["scratch"], k["calls"]) == (0, 0, 0), what
-    assert k["sgpr_spill"] <= 8, f"{what}: SGPR spills (to VGPR lanes) grew to {k['sgpr_spill']}"
+    assert k["sgpr_spill"] <= sgpr_spills, f"{what}: SGPR spills (to VGPR lanes) grew to {k['sgpr_spill']}"
     assert k["vgpr"] <= 256 and k["lds"] <= 64 * 1024, what
 
 
-def test_gfx942_kernels_compile_to_the_f16_mfma():
+def test_gfx942_kernels_compile_to_their_mfma():
     rec = compiled()["gfx942"]
     if "skipped" in rec:
         pytest.skip(rec["skipped"])
     assert rec["returncode"] == 0 and "error" not in rec["stderr"].lower(), rec["stderr"]
     assert rec["target"].endswith("gfx942")
     kernels = rec["kernels"].values()
-    assert {("f16", k["rows"], k["heads"], k["waves"], k["ctas"]) for k in kernels} == expected_kernels("gfx942")
+    assert {(k["family"], k["rows"], k["heads"], k["waves"], k["ctas"]) for k in kernels} == expected_kernels("gfx942")
     for k in kernels:
-        what = f"r{k['rows']} H{k['heads']}"
-        # two FP16 MFMAs per (scale block, 16-column M-tile) of a row, and no other MFMA (no FP8)
-        assert k["mfma_ops"] == {"v_mfma_f32_16x16x16_f16": 2 * 4 * k["heads"] // 16}, what
+        what = f"{k['family']} r{k['rows']} H{k['heads']}"
         assert_clean_gfx9(k, what)
-        # the group's FP16 query operands (256 B a row and head), scales and weights; 64 KB a CU
-        assert 256 * k["rows"] * k["heads"] < k["lds"] <= 276 * k["rows"] * k["heads"] + 128, what
+        if k["family"] == "f16":
+            # two FP16 MFMAs per (scale block, 16-column M-tile) of a row, and no other MFMA
+            assert k["mfma_ops"] == {"v_mfma_f32_16x16x16_f16": 2 * 4 * k["heads"] // 16}, what
+            # the group's FP16 query operands (256 B a row and head), scales and weights; 64 KB a CU
+            assert 256 * k["rows"] * k["heads"] < k["lds"] <= 276 * k["rows"] * k["heads"] + 128, what
+        else:
+            # fp8: one FNUZ FP8 MFMA per (scale block, M-tile), half f16's; FP8 query operands
+            # (128 B a row and head)
+            assert k["family"] == "fp8", what
+            assert k["mfma_ops"] == {"v_mfma_f32_16x16x32_fp8_fp8": 4 * k["heads"] // 16}, what
+            assert 128 * k["rows"] * k["heads"] < k["lds"] <= 148 * k["rows"] * k["heads"] + 128, what
 
 
 def test_bindings_compile_against_the_installed_torch():

@@ -17,7 +17,7 @@ from ...core.errors import CaptureError, InputError
 from ...core.instance import Instance, Reason, ok_if
 from ...worksplit.rules import seq_lanes
 from ..base import BackendBase, rank_by_rows
-from .instances import INSTANCES
+from .instances import FAMILIES, INSTANCES
 from .spec import KernelSpec
 from .toolchain import PINNED_VERSION, compile_kernel, installed_version
 
@@ -66,14 +66,17 @@ class FlydslBackend(BackendBase):
         ])
 
     def ranked_picks(self, key) -> list[tuple[Instance, str]]:
-        """Per-arch default rule: the one every backend shares (base.rank_by_rows)."""
-        return rank_by_rows([i for i in INSTANCES if not self.instance_supports(i, key)], key)
+        """Per-arch default rule: the families in order (instances.FAMILIES: mxsc, the scaled MFMA
+        over the whole head_dim, first), each ranked by the rule every backend shares
+        (base.rank_by_rows)."""
+        fits = [i for i in INSTANCES if not self.instance_supports(i, key)]
+        return [pick for fam in FAMILIES for pick in rank_by_rows([i for i in fits if i.family == fam], key)]
 
     def kernel_spec(self, cfg, mode: str, weights: torch.Tensor, flat_out: bool) -> KernelSpec:
         inst = self._instance(cfg.instance)
         return KernelSpec(heads=cfg.heads, rows=inst.rows, waves=inst.warps, page_size=cfg.page_size,
                           pages_per_block=cfg.pages_per_block, gather=cfg.gather, mode=mode,
-                          flat_out=flat_out, w_bf16=weights.dtype == torch.bfloat16)
+                          flat_out=flat_out, w_bf16=weights.dtype == torch.bfloat16, family=inst.family)
 
     def launch_args(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
                     query_start_loc, row_ends, out, out_offsets, records) -> list:

@@ -19,6 +19,12 @@ kernels do (0xFF -> NaN, 0 -> 0), then step 3 sums b = 0..3 left to right, step 
 of different 16-head tiles are in-register, the last four (heads c and c ^ 8, 4, 2, 1 of a tile)
 are DPP row rotations, after which every lane of a 16-lane row holds the row's value.
 
+Family mxsc (not canonical; docs/numerics.md, "Scaled MFMA tiles"): where every scale byte of
+the wave's 16 keys and of a 16-head tile's heads lies in FULL_LO..FULL_HI and the tile's weights
+below FULL_W_HI (a flag a (row, head tile), found while staging), one MFMA over the whole
+head_dim with the real E8M0 bytes as its scale operands (lane l: its key's / head's block g byte)
+replaces the four, then relu; elsewhere the steps above.
+
 Memory safety (docs/contract.md, "Memory safety"), as the Triton kernels: query_start_loc is read
 clamped into [0, num_rows] and row_ends into [0, seq_cap]; a flat out's row is cut at out_numel
 and a negative offset writes nothing; a key whose page lies outside [0, num_pages) is not loaded
@@ -35,6 +41,9 @@ from flydsl.expr.typing import T, Vector
 from .spec import HEAD_DIM, MODE_PREFILL, MODE_TABLE, MODES, RECORD_INTS, KernelSpec
 
 UNIT_SCALES = 0x7F7F7F7F      # E8M0 127 = 1.0 in every byte
+# The mxsc rule, as the opus gfx950 body's (kernel_gfx950.cuh kFullScale*, kFullWeightHi; a test
+# checks both sources agree): scale bytes 96..158, weights below 2^40
+FULL_LO, FULL_HI, FULL_W_HI = 96, 158, 2.0 ** 40
 E2M1 = 4                      # cbsz / blgp format code of the f8f6f4 MFMA
 DPP_ROW_ROR = 0x120           # + n: rotate right by n lanes within a row of 16
 WAVE = 64
@@ -93,6 +102,16 @@ def _scale_block(word, blk):
     return shifted & Vector.filled(n, 0x7F800000, fx.Int32)
 
 
+def _bytes_in_full_range(word):
+    """Whether all four E8M0 bytes of an i32 lie in FULL_LO..FULL_HI (0xFF: no)."""
+    ok = None
+    for blk in range_constexpr(4):
+        e = (word >> (8 * blk)) & 0xFF
+        this = (e >= FULL_LO) & (e <= FULL_HI)
+        ok = this if ok is None else ok & this
+    return ok
+
+
 def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
     """The @flyc.jit launcher for `spec`: launch(ptrs..., ints..., grid_x, grid_y, stream)."""
     H, R, WAVES = spec.heads, spec.rows, spec.waves
@@ -104,6 +123,7 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
     MODE = MODES[spec.mode]
     DB = HEAD_DIM // 2                # bytes of one key or one query head
     NB = HEAD_DIM // 32               # scale blocks
+    FULL = spec.family == "mxsc"
     assert H % 32 == 0 and H >= 32 and PAGE % 4 == 0 and R <= 16
 
     @flyc.jit
@@ -139,8 +159,16 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
             s = s + terms[bi]
         return s.maximumf(zero4)
 
+    def full_scores(kfrag, qfrag, sa, sb):
+        """mxsc: relu of the scaled dot over the whole head_dim for 16 keys x one 16-head tile, the
+        MFMA scaling each lane's K-block by its key's (sa) and head's (sb) E8M0 byte."""
+        zero4 = Vector.filled(4, 0.0, fx.Float32)
+        p = Vector(rocdl.mfma_scale_f32_16x16x128_f8f6f4(
+            Vector.make_type(4, fx.Float32), [kfrag, qfrag, zero4, E2M1, E2M1, 0, sa, 0, sb]))
+        return p.maximumf(zero4)
+
     @flyc.jit
-    def stage_queries(q, qs, w, stride_w, r0, r1, tid, lds_q, lds_s, lds_w):
+    def stage_queries(q, qs, w, stride_w, r0, r1, tid, lds_q, lds_s, lds_w, lds_qw, lds_ok):
         """Write the group's query operands, decoded q scales and weights to LDS (all waves)."""
         V4I = Vector.make_type(4, fx.Int32)
         for it in range_constexpr(_cdiv(R * NT * WAVE, THREADS)):
@@ -151,6 +179,17 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                 head = fx.Int64(row) * H + fx.Int64((i % NT) * 16 + idx % 16)
                 frag = (q + (head * DB + fx.Int64((idx % WAVE) // 16) * 16)).load(V4I)
                 (lds_q + fx.Int64(idx) * 4).store(frag)
+                if const_expr(FULL):  # the (row, head tile)'s flag: a wave a tile (idx // WAVE uniform)
+                    word = fx.Int32((qs + head).load())
+                    wp = w + (fx.Int64(row) * stride_w + fx.Int64((i % NT) * 16 + idx % 16))
+                    if const_expr(W_BF16):
+                        wf = (fx.Int32(wp.load()) << 16).bitcast(fx.Float32)
+                    else:
+                        wf = fx.Float32(wp.load())
+                    ok = _bytes_in_full_range(word) & (wf < FULL_W_HI) & (wf > -FULL_W_HI)
+                    votes = _wave_sum(ok.select(fx.Int32(1), fx.Int32(0)))
+                    if idx % WAVE == 0:
+                        (lds_ok + fx.Int64(i)).store((votes == WAVE).select(fx.Int32(1), fx.Int32(0)))
         for it in range_constexpr(_cdiv(R * H, THREADS)):
             idx = tid + it * THREADS          # (row, head)
             if idx < R * H:
@@ -159,6 +198,8 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                 scales = Vector.from_elements([_e8m0(_scale_block(word, blk))[0] for blk in range_constexpr(NB)],
                                               fx.Float32)
                 (lds_s + fx.Int64(idx) * NB).store(scales)
+                if const_expr(FULL):
+                    (lds_qw + fx.Int64(idx)).store(word[0])
                 wp = w + (fx.Int64(row) * stride_w + fx.Int64(idx % H))
                 if const_expr(W_BF16):
                     wf = (fx.Int32(wp.load()) << 16).bitcast(fx.Float32)
@@ -168,13 +209,14 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
 
     @flyc.jit
     def score_group(q, qs, kv, ks, w, bt, re, out, oo, num_pages, seq_cap, out_numel, stride_w,
-                    stride_bt, stride_out, b, r0, r1, t0, t1, tid, wave, lane, lds_q, lds_s, lds_w):
+                    stride_bt, stride_out, b, r0, r1, t0, t1, tid, wave, lane, lds_q, lds_s, lds_w,
+                    lds_qw, lds_ok):
         """Rows [r0, r1) of sequence b (at most R, r1 > r0) against key tiles [t0, t1)."""
         V4I = Vector.make_type(4, fx.Int32)   # types need the tracing context
         c = lane % 16
         g = lane // 16
         gpu.barrier()                         # every wave is done with the previous group
-        stage_queries(q, qs, w, stride_w, r0, r1, tid, lds_q, lds_s, lds_w)
+        stage_queries(q, qs, w, stride_w, r0, r1, tid, lds_q, lds_s, lds_w, lds_qw, lds_ok)
         gpu.barrier()
         gend = fx.Int32(0)
         for r in range_constexpr(R):
@@ -213,6 +255,30 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                 sk_words = Vector((ks + slot_s).load(V4I))
             kscale = [_e8m0(_scale_block(sk_words, blk)) for blk in range_constexpr(NB)]
             kiso = [(g == blk).select(kfrag, Vector.filled(4, 0, fx.Int32)) for blk in range_constexpr(NB)]
+            keys_full = fx.Int32(0)
+            key_byte = fx.Int32(0)
+            if const_expr(FULL):  # key key0 + c's scale word: its block g byte, and the wave's vote
+                kword = fx.Int32(-1)
+                if in_cache_a:
+                    kword = fx.Int32((ks + slot_a).load())
+                key_byte = (kword >> (8 * g)) & 0xFF
+                keys_full = _uniform((_wave_sum(_bytes_in_full_range(kword).select(fx.Int32(1), fx.Int32(0)))
+                                      == WAVE).select(fx.Int32(1), fx.Int32(0)))
+
+            def scores(kfrag_, i, fq, sq):
+                """steps 1-4 of (row, head tile) i: mxsc's one MFMA where its flag and the wave's
+                keys allow, the four otherwise."""
+                if const_expr(not FULL):
+                    return tile_scores(kiso, kscale, fq, sq)
+                flag = fx.Int32(fx.generic_load(lds_ok + fx.Int64(i), dtype=fx.Int32, volatile=True))
+                head_byte = (fx.Int32(fx.generic_load(lds_qw + fx.Int64(i * 16 + c), dtype=fx.Int32, volatile=True))
+                             >> (8 * g)) & 0xFF
+                x = Vector.filled(4, 0.0, fx.Float32)
+                if (keys_full & _uniform(flag)) != 0:
+                    x = full_scores(kfrag_, fq, key_byte, head_byte)
+                else:
+                    x = tile_scores(kiso, kscale, fq, sq)
+                return x
 
             def operands(i):
                 """Staged B operand, q scales and weight of (row, head tile) i. Volatile, so that
@@ -230,8 +296,8 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                 for ti in range_constexpr(half):
                     fa, sa, wa = operands(ri * NT + ti)
                     fb, sb, wb = operands(ri * NT + ti + half)
-                    xa = tile_scores(kiso, kscale, fa, sa)
-                    xb = tile_scores(kiso, kscale, fb, sb)
+                    xa = scores(kfrag, ri * NT + ti, fa, sa)
+                    xb = scores(kfrag, ri * NT + ti + half, fb, sb)
                     v.append(fx.math.fma(xa, Vector.filled(4, wa, fx.Float32),
                                          xb * Vector.filled(4, wb, fx.Float32)))
                 while const_expr(len(v) > 1):
@@ -295,7 +361,7 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
     @flyc.jit
     def prefill_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, num_rows, num_pages, seq_cap,
                      out_numel, stride_w, stride_bt, stride_out, pid, part, parts, tid, wave, lane,
-                     lds_q, lds_s, lds_w):
+                     lds_q, lds_s, lds_w, lds_qw, lds_ok):
         """worksplit.prefill_work: global rows [pid*R, pid*R + R), tiles cut in `parts`."""
         live = seq_start(qsl, num_seqs, num_rows)
         row0 = pid * R
@@ -320,14 +386,14 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                 t1 = ((part + 1) * ntiles) // parts
                 score_group(q, qs, kv, ks, w, bt, re, out, oo, num_pages, seq_cap, out_numel,
                             stride_w, stride_bt, stride_out, b, r0, r1, t0, t1, tid, wave, lane,
-                            lds_q, lds_s, lds_w)
+                            lds_q, lds_s, lds_w, lds_qw, lds_ok)
             b = b + 1
             qa = qb
 
     @flyc.jit
     def free_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, num_rows, num_pages, seq_cap,
                   out_numel, stride_w, stride_bt, stride_out, u, u_end, b, base, tid, wave, lane,
-                  lds_q, lds_s, lds_w):
+                  lds_q, lds_s, lds_w, lds_qw, lds_ok):
         """worksplit.free_work from a program's (u_begin, u_end, b, base)."""
         while (u < u_end) & (b < num_seqs) & (b >= 0):  # b < 0: only from corrupted records
             qa = seq_start(qsl, b, num_rows)
@@ -348,7 +414,7 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                 r1 = _imin(r0 + R, qb)
                 score_group(q, qs, kv, ks, w, bt, re, out, oo, num_pages, seq_cap, out_numel,
                             stride_w, stride_bt, stride_out, b, r0, r1, t0, t1, tid, wave, lane,
-                            lds_q, lds_s, lds_w)
+                            lds_q, lds_s, lds_w, lds_qw, lds_ok)
                 lo = (j + 1) * ntiles
             base = base + units
             b = b + 1
@@ -369,21 +435,25 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
         lds_q = smem.allocate(fx.Array[fx.Int32, R * H * DB // 4, 16]).peek().ptr   # B operands, lane order
         lds_s = smem.allocate(fx.Array[fx.Float32, R * H * NB, 16]).peek().ptr      # decoded q scales
         lds_w = smem.allocate(fx.Array[fx.Float32, R * H, 16]).peek().ptr           # weights
+        lds_qw, lds_ok = lds_w, lds_w  # mxsc only (unused otherwise)
+        if const_expr(FULL):
+            lds_qw = smem.allocate(fx.Array[fx.Int32, R * H, 16]).peek().ptr        # raw q scale words
+            lds_ok = smem.allocate(fx.Array[fx.Int32, R * NT, 16]).peek().ptr       # full-path flags
         if const_expr(MODE == MODE_PREFILL):
             prefill_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, num_rows, num_pages, seq_cap,
                          out_numel, stride_w, stride_bt, stride_out, pid, fx.Int32(gpu.block_idx.y), parts,
-                         tid, wave, lane, lds_q, lds_s, lds_w)
+                         tid, wave, lane, lds_q, lds_s, lds_w, lds_qw, lds_ok)
         elif const_expr(MODE == MODE_TABLE):
             rec = sched + fx.Int64(pid) * RECORD_INTS
             free_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, num_rows, num_pages, seq_cap,
                       out_numel, stride_w, stride_bt, stride_out, _uniform((rec + 0).load()),
                       _uniform((rec + 1).load()), _uniform((rec + 2).load()), _uniform((rec + 3).load()),
-                      tid, wave, lane, lds_q, lds_s, lds_w)
+                      tid, wave, lane, lds_q, lds_s, lds_w, lds_qw, lds_ok)
         else:
             u, u_end, b, base = cta_range(qsl, re, num_seqs, num_rows, seq_cap, lanes, pid, nprog, lane)
             free_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, num_rows, num_pages, seq_cap,
                       out_numel, stride_w, stride_bt, stride_out, u, u_end, b, base, tid, wave, lane,
-                      lds_q, lds_s, lds_w)
+                      lds_q, lds_s, lds_w, lds_qw, lds_ok)
 
     @flyc.jit
     def launch(q: fx.Pointer, qs: fx.Pointer, kv: fx.Pointer, ks: fx.Pointer, w: fx.Pointer,

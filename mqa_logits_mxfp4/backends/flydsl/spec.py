@@ -26,6 +26,7 @@ class KernelSpec:
     mode: str
     flat_out: bool
     w_bf16: bool
+    family: str = "scaled"  # or "mxsc" (instances.py)
 
     @property
     def block_n(self) -> int:
@@ -34,7 +35,8 @@ class KernelSpec:
     @property
     def name(self) -> str:
         layout = f"p{self.page_size}x{self.pages_per_block}{'g' if self.gather else ''}"
-        return (f"fly_h{self.heads}_r{self.rows}w{self.waves}_{self.mode}_{layout}"
+        family = "" if self.family == "scaled" else f"{self.family}_"
+        return (f"fly_{family}h{self.heads}_r{self.rows}w{self.waves}_{self.mode}_{layout}"
                 f"_{'flat' if self.flat_out else 'rows'}_{'bf16' if self.w_bf16 else 'f32'}")
 
     def as_dict(self) -> dict:
@@ -43,11 +45,13 @@ class KernelSpec:
 
 def check_matrix() -> list[KernelSpec]:
     """Every instance x mode at the DeepSeek-V4 layout (64-token pages, row-major out, bf16
-    weights), plus each other layout option once (the options are independent of the mode's
-    work split): 8-token pages x 32 per table entry (V4.1 full layers), gather with 8-token
-    pages (V4.1 candidate layers), 16-token pages with a flat out and fp32 weights."""
-    return ([KernelSpec(i.heads[0], i.rows, i.warps, 64, 1, False, m, False, True)
+    weights), plus each other layout option once a family (the options are independent of the
+    mode's work split): 8-token pages x 32 per table entry (V4.1 full layers), gather with
+    8-token pages (V4.1 candidate layers), 16-token pages with a flat out and fp32 weights."""
+    specs = [KernelSpec(i.heads[0], i.rows, i.warps, 64, 1, False, m, False, True, i.family)
              for i in INSTANCES for m in MODES]
-            + [KernelSpec(32, 8, 4, 8, 32, False, "table", False, True),
-               KernelSpec(32, 1, 4, 8, 1, True, "free", False, True),
-               KernelSpec(64, 2, 4, 16, 1, False, "prefill", True, False)])
+    for family in sorted({i.family for i in INSTANCES}):
+        specs += [KernelSpec(32, 8, 4, 8, 32, False, "table", False, True, family),
+                  KernelSpec(32, 1, 4, 8, 1, True, "free", False, True, family),
+                  KernelSpec(64, 2, 4, 16, 1, False, "prefill", True, False, family)]
+    return specs

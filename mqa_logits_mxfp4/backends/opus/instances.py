@@ -22,11 +22,11 @@ HEAD_DIMS = (128,)
 # Arches where this project has executed the family against the reference: the sm_90 families
 # passed the whole conformance suite on an H200 (2026-11-30; fold also its folded-tile test; i8
 # 2026-12-01, with its fast-path tests);
-# mxf4 (gfx950) and the gfx942 f16 body have never run, so their instances self-check on first
-# use. A family name may serve several arches (f16: sm_90 and gfx942), so an instance counts as
+# mxf4 and mxsc (gfx950) and the gfx942 f16 body have never run, so their instances self-check
+# on first use. A family name may serve several arches (f16: sm_90 and gfx942), so an instance counts as
 # validated only on its own arch (validated_on()).
 VALIDATED_ON: dict[str, tuple[str, ...]] = {"f16": ("sm_90",), "fp8": ("sm_90",), "fold": ("sm_90",), "mxf4": (),
-                                            "i8": ("sm_90",)}
+                                            "mxsc": (), "i8": ("sm_90",)}
 
 _FIELDS = ("id", "name", "arch", "family", "rows", "warps", "keys", "stages", "ctas", "heads")
 
@@ -100,9 +100,10 @@ def validated_on(arch: str, family: str) -> tuple[str, ...]:
     return (arch,) if arch in VALIDATED_ON.get(family, ()) else ()
 
 
-# Families whose fast path is not the canonical order (within the tolerance; docs/numerics.md,
-# "Integer tiles"): i8 sums the four scaled blocks exactly in integers.
-NON_CANONICAL = frozenset({"i8"})
+# Families whose fast path is not the canonical order (within the tolerance; docs/numerics.md):
+# i8 sums the four scaled blocks exactly in integers ("Integer tiles"), mxsc lets the scaled
+# MFMA sum them ("Scaled MFMA tiles").
+NON_CANONICAL = frozenset({"i8", "mxsc"})
 
 
 def make_instance(id_: int, name: str, arch: str, family: str, rows: int, warps: int, block_n: int,

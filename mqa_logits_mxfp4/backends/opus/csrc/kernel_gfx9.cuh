@@ -19,6 +19,11 @@
 //   query(head, blk, kgroup) -> Query   head: the 64 bytes of one head; kgroup = lane / TM
 //   load(key, kgroup, KeyData&)          key: the 64 bytes of one key; kgroup = lane / TN
 //   key_operand(KeyData) -> KeyOp;  partial(Query, KeyOp, blk) -> Acc (the exact block partial)
+//   kFull: false, or true for a family that also scores a whole tile in one MFMA chain over the
+//   head_dim with the real block scales (not the canonical order; within the tolerance) where
+//   full_ok() admits the tile, and then provides QueryFull, query_full(head, scales, kgroup),
+//   key_scales(scales, kgroup) and full(QueryFull, KeyOp, key scales) -> Acc (the scaled dot).
+//   Other tiles take the canonical steps.
 #pragma once
 
 #include "args.h"
@@ -45,8 +50,18 @@ struct Shape {
   static_assert(SLOTS >= 2 && SLOTS % 2 == 0, "level 1 pairs slots of one lane");
 };
 
+// The whole-head_dim query operands with their scale bytes, [row][M-tile][lane]: kFull families
+// only (an empty base otherwise, so the other families' layout does not move: a one-byte
+// placeholder shifted their scale arrays off 16-byte alignment and cost gfx942 r1 H128 78 VGPRs).
+template <class M, int R, int MT, bool FULL = M::kFull>
+struct FullOperands {};
+template <class M, int R, int MT>
+struct FullOperands<M, R, MT, true> {
+  typename M::QueryFull qf[R][MT][64];
+};
+
 template <class M, int R, int H>
-struct Lds {
+struct Lds : FullOperands<M, R, Shape<M, R, H>::MT> {
   using S = Shape<M, R, H>;
   typename M::Query qa[R][S::MT][kScaleBlocks][64];  // query operands, [row][M-tile][block][lane]
   float sq[R][kScaleBlocks][S::G][S::SLOTS];         // query scales, [row][block][lane group][slot]
@@ -81,6 +96,7 @@ struct Scorer {
   L& lds;
   int tid, lane, wave, grp;
   int r0, r1, gend;
+  bool full_group = false;  // kFull: every live head's scales and weight admit the full path
   const int32_t* bt_row;
 
   OPUS_DEV Scorer(const LaunchArgs& a, L& s) : args(a), lds(s) {
@@ -118,6 +134,22 @@ struct Scorer {
       lds.w[r][g][slot] = row < r1 ? head_weight(args, row, S::G * slot + g) : 0.0f;
     }
     if (tid < R) row_window(args, r0 + tid, r0 + tid < r1, lds.rend[tid], lds.obase[tid]);
+    if constexpr (M::kFull) {
+      bool mine = true;
+      for (int idx = tid; idx < R * S::MT * 64; idx += S::THREADS) {
+        const int l = idx & 63, mt = (idx >> 6) % S::MT, r = idx / (64 * S::MT);
+        const int h = head_of(mt, l % S::TM), row = r0 + r;
+        typename M::QueryFull v = M::query_full(nullptr, 0x7F7F7F7Fu, 0);  // zeros, unit scales
+        if (h < H && row < r1) {
+          const long long col = (long long)row * H + h;
+          const uint32_t qs = *reinterpret_cast<const uint32_t*>(args.q_scale + col * kScaleBlocks);
+          v = M::query_full(args.q + col * kHeadBytes, qs, l / S::TM);
+          mine = mine && M::full_ok(qs) && M::weight_ok(head_weight(args, row, h));
+        }
+        lds.qf[r][mt][l] = v;
+      }
+      full_group = __syncthreads_and(mine) != 0;
+    }
   }
 
   OPUS_DEV int key_of(int tile) const { return tile * kBlockN + wave * S::TN + lane % S::TN; }
@@ -137,13 +169,61 @@ struct Scorer {
     }
   }
 
-  // Steps 1-5 for every row of the group against the lane's key, then the stores.
+  // Steps 4 (relu) and 5 of row r from its column sums acc, then the store of key n: level 1
+  // fma(x_j, w_j, x_{j+H/2} * w_{j+H/2}), in-lane halving, then the lane groups.
+  OPUS_DEV void finish_row(const float (&acc)[S::MT][S::VPT], int r, int n, int end) const {
+    float v[S::SLOTS / 2];
+#pragma unroll
+    for (int i = 0; i < S::SLOTS / 2; ++i) {
+      const int sa = i, sb = i + S::SLOTS / 2;
+      const float xa = relu_nan(acc[sa / S::VPT][sa % S::VPT]);
+      const float xb = relu_nan(acc[sb / S::VPT][sb % S::VPT]);
+      v[i] = fma_rn(xa, lds.w[r][grp][sa], fmul_rn(xb, lds.w[r][grp][sb]));
+    }
+    halve<S::SLOTS / 2>(v);
+    float val = v[0];
+#pragma unroll
+    for (int m = S::G / 2; m >= 1; m >>= 1) val = fadd_rn(val, warp_xor(val, m * S::TN));  // lane groups g, g + m
+    if (grp == r % S::G && n < end) args.out[lds.obase[r] + n] = val;
+  }
+
+  // The full path of a kFull family: one MFMA chain a (row, M-tile) over the whole head_dim with
+  // the real block scales, then steps 4 and 5. (The row loop repeats score_tile's: one loop with
+  // both paths inside it, or a row loop taking the column sums as a lambda, made the AMDGPU
+  // backend's allocation worse: more SGPR spills, and 350 VGPRs at r1 H128.)
+  OPUS_DEV void score_tile_full(const KeyRegs<M>& k, const typename M::KeyOp& kop, int tile) const {
+    const int n = key_of(tile);
+    const uint32_t sb = M::key_scales(k.scales, grp);
+#pragma unroll 1
+    for (int r = 0; r < R; ++r) {
+      const int end = lds.rend[r];
+      if (tile * kBlockN >= end) continue;  // uniform across the CTA
+      float acc[S::MT][S::VPT];
+#pragma unroll
+      for (int mt = 0; mt < S::MT; ++mt) {
+        const typename M::Acc p = M::full(lds.qf[r][mt][lane], kop, sb);
+#pragma unroll
+        for (int i = 0; i < S::VPT; ++i) acc[mt][i] = p[i];
+      }
+      finish_row(acc, r, n, end);
+    }
+  }
+
+  // Steps 1-5 for every row of the group against the lane's key, then the stores. A kFull
+  // family takes its full path where the group and all of the wave's keys admit it (the wave's
+  // 32 keys of this tile: the same keys in every mode).
   OPUS_DEV void score_tile(const KeyRegs<M>& k, int tile) const {
     const int n = key_of(tile);
+    const typename M::KeyOp kop = M::key_operand(k.data);
+    if constexpr (M::kFull) {
+      if (full_group && __all(M::full_ok(k.scales))) {
+        score_tile_full(k, kop, tile);
+        return;
+      }
+    }
     float sk[kScaleBlocks];
 #pragma unroll
     for (int blk = 0; blk < kScaleBlocks; ++blk) sk[blk] = e8m0_to_f32((k.scales >> (8 * blk)) & 0xFFu);
-    const typename M::KeyOp kop = M::key_operand(k.data);
 #pragma unroll 1
     for (int r = 0; r < R; ++r) {
       const int end = lds.rend[r];
@@ -163,20 +243,7 @@ struct Scorer {
           }
         }
       }
-      // step 4 (relu) and step 5: level 1 fma(x_j, w_j, x_{j+H/2} * w_{j+H/2}), in-lane halving
-      float v[S::SLOTS / 2];
-#pragma unroll
-      for (int i = 0; i < S::SLOTS / 2; ++i) {
-        const int sa = i, sb = i + S::SLOTS / 2;
-        const float xa = relu_nan(acc[sa / S::VPT][sa % S::VPT]);
-        const float xb = relu_nan(acc[sb / S::VPT][sb % S::VPT]);
-        v[i] = fma_rn(xa, lds.w[r][grp][sa], fmul_rn(xb, lds.w[r][grp][sb]));
-      }
-      halve<S::SLOTS / 2>(v);
-      float val = v[0];
-#pragma unroll
-      for (int m = S::G / 2; m >= 1; m >>= 1) val = fadd_rn(val, warp_xor(val, m * S::TN));  // lane groups g, g + m
-      if (grp == r % S::G && n < end) args.out[lds.obase[r] + n] = val;
+      finish_row(acc, r, n, end);
     }
   }
 

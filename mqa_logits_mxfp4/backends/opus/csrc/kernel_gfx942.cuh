@@ -10,9 +10,14 @@
 // (n_i, n_{i+4}) feed the two MFMAs, pairs 0-1 the first and 2-3 the second. Query operands are
 // converted once a group into LDS (uint4 a lane, block and M-tile); keys once a tile in registers.
 //
-// Not FP8: gfx942's FP8 MFMA reads E4M3 FNUZ (bias 8, 0x80 is NaN, no -0), a different
-// encoding from the OCP E4M3 of encode.h; FP16 needs no such care (docs/opus-backend.md).
+// Family fp8 (Fp8Mfma): one v_mfma_f32_16x16x32_fp8_fp8 per block instead of two FP16 ones, on
+// the E2M1 values written as E4M3 FNUZ bytes (bias 8; 0x80 is NaN and there is no -0, so an
+// E2M1 -0 becomes 0x00): every E2M1 value is an FNUZ normal, each product is exact and so is the
+// fp32 block partial, as for f16. Same operand split (lane group g: word g of the block, its
+// eight codes as eight bytes). Both are canonical.
 #pragma once
+
+#include <type_traits>
 
 #include "encode.h"
 #include "kernel_gfx9.cuh"
@@ -26,6 +31,7 @@ typedef uint32_t v2u __attribute__((ext_vector_type(2)));
 
 struct F16Mfma {
   static constexpr int kKeys = 16, kCols = 16;
+  static constexpr bool kFull = false;  // the canonical steps on every tile
   typedef uint4 Query;  // word kgroup of one block as four f16 pairs
   struct KeyData {
     uint32_t word[kScaleBlocks];  // word kgroup of each block
@@ -64,15 +70,58 @@ struct F16Mfma {
   }
 };
 
+// Eight E2M1 codes (a word) -> eight E4M3 FNUZ bytes of the same values: lo = the even codes,
+// hi = the odd ones (the K order inside a lane is free; queries and keys use the same).
+// v_perm_b32 looks the magnitude up (selector 0-3: bytes of the second source, 4-7 of the
+// first); the sign bit goes to bit 7 only for a nonzero magnitude (m + 7 carries into bit 3).
+OPUS_DEV uint32_t fnuz_bytes(uint32_t codes) {  // four codes, one a byte
+  constexpr uint32_t kMag03 = 0x44403800u, kMag47 = 0x54504C48u;  // 0, 0.5, 1, 1.5 | 2, 3, 4, 6
+  const uint32_t m = codes & 0x07070707u;
+  const uint32_t neg = codes & ((m + 0x07070707u) & 0x08080808u);  // bit 3: negative and nonzero
+  return __builtin_amdgcn_perm(kMag47, kMag03, m) | neg << 4;
+}
+OPUS_DEV uint2 fnuz_word(uint32_t w) { return make_uint2(fnuz_bytes(w & 0x0F0F0F0Fu), fnuz_bytes(w >> 4 & 0x0F0F0F0Fu)); }
+
+struct Fp8Mfma {
+  static constexpr int kKeys = 16, kCols = 16;
+  static constexpr bool kFull = false;
+  typedef uint2 Query;  // word kgroup of one block as eight FNUZ bytes
+  typedef F16Mfma::KeyData KeyData;
+  struct KeyOp {
+    uint2 op[kScaleBlocks];
+  };
+  typedef v4f Acc;
+
+  static OPUS_DEV Query query(const uint8_t* head, int blk, int kgroup) {
+    return fnuz_word(*reinterpret_cast<const uint32_t*>(head + blk * 16 + kgroup * 4));
+  }
+  static OPUS_DEV void load(const uint8_t* key, int kgroup, KeyData& k) { F16Mfma::load(key, kgroup, k); }
+  static OPUS_DEV KeyOp key_operand(const KeyData& k) {
+    KeyOp op;
+#pragma unroll
+    for (int blk = 0; blk < kScaleBlocks; ++blk) op.op[blk] = fnuz_word(k.word[blk]);
+    return op;
+  }
+  static OPUS_DEV long bits(uint2 v) { return __builtin_bit_cast(long, v); }
+  // A = query (heads on M), B = key (keys on N): the exact block partial in one MFMA.
+  static OPUS_DEV Acc partial(const Query& q, const KeyOp& k, int blk) {
+    const v4f zero = {};
+    return __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(bits(q), bits(k.op[blk]), zero, 0, 0, 0);
+  }
+};
+
 #if defined(__HIP_DEVICE_COMPILE__) && defined(__gfx942__)
 constexpr bool kOnTarget = true;
 #else
 constexpr bool kOnTarget = false;
 #endif
 
-template <int R, int H, int WAVES, int MIN_CTAS>
+constexpr int kF16 = 0, kFp8 = 1;  // the FAMILY template argument (kernels.cu)
+
+template <int FAMILY, int R, int H, int WAVES, int MIN_CTAS>
 __global__ void __launch_bounds__(WAVES * 64) mqa_logits_gfx942(const LaunchArgs args) {
-  gfx9::kernel_body<F16Mfma, R, H, WAVES, kOnTarget>(args);
+  using M = std::conditional_t<FAMILY == kFp8, Fp8Mfma, F16Mfma>;
+  gfx9::kernel_body<M, R, H, WAVES, kOnTarget>(args);
 }
 
 }  // namespace gfx942

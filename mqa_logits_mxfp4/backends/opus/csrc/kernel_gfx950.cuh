@@ -1,6 +1,14 @@
-// gfx950 body: the scaled MFMA v_mfma_scale_f32_32x32x64_f8f6f4 on raw E2M1 operands, one
-// MFMA per 32-element scale block; the rest (LDS staging, key loads, docs/numerics.md steps 2-5
-// on the VALU) is kernel_gfx9.cuh's, with 32-key waves (lane groups l / 32).
+// gfx950 bodies: the scaled MFMA v_mfma_scale_f32_32x32x64_f8f6f4 on raw E2M1 operands; the
+// rest (LDS staging, key loads, docs/numerics.md steps 2-5 on the VALU) is kernel_gfx9.cuh's,
+// with 32-key waves (lane groups l / 32). Two families:
+//   mxf4 (ScaledMfma)      one MFMA per 32-element scale block with unit hardware scales: the
+//                          canonical order (below).
+//   mxsc (FullScaledMfma)  two MFMAs over the whole head_dim with the real E8M0 block scales as
+//                          the scale operands, where the tile's scale bytes and the group's
+//                          weights lie in the range where the hardware's scaling is a plain
+//                          power of two (full_ok, weight_ok); mxf4's steps elsewhere. The
+//                          hardware sums the four scaled blocks: not the canonical order,
+//                          within the tolerance (docs/numerics.md, "Scaled MFMA tiles").
 //
 // Why one MFMA a block (K = 64 holds two blocks): the canonical order scales each block's exact
 // partial on its own and sums the four left to right, with a rounding after each add. An MFMA
@@ -12,6 +20,8 @@
 // 0xFF -> NaN by our own conversion, independent of how the hardware treats scale bytes.
 #pragma once
 
+#include <type_traits>
+
 #include "kernel_gfx9.cuh"
 
 namespace opus {
@@ -22,6 +32,7 @@ typedef float v16f __attribute__((ext_vector_type(16)));
 
 struct ScaledMfma {
   static constexpr int kKeys = 32, kCols = 32;
+  static constexpr bool kFull = false;
   static constexpr int kE2M1 = 4;                  // f8f6f4 operand format code of E2M1
   static constexpr int kUnitScales = 0x7F7F7F7F;   // E8M0 127 = 1.0 in every byte
   typedef uint4 Query;  // block b's 16 bytes in K-half b % 2, zeros in the other
@@ -52,15 +63,64 @@ struct ScaledMfma {
   }
 };
 
+// Scale bytes the full path takes: 2^-31..2^31, so a scaled product (|E2M1 x E2M1| <= 36) and
+// any 128-term sum of them stay normal and finite, far from where a format's scaling could
+// saturate or flush; 0xFF (NaN) and the extremes take the canonical steps.
+constexpr uint32_t kFullScaleLo = 96, kFullScaleHi = 158;
+// Weights the full path takes: finite and below 2^40 (a cell, 4608 x 2^62 x 2^40 at most,
+// summed over 128 heads stays finite; the canonical steps decide overflow otherwise).
+constexpr float kFullWeightHi = 1099511627776.0f;
+
+struct FullScaledMfma : ScaledMfma {
+  static constexpr bool kFull = true;
+  struct QueryFull {
+    uint4 q[2];   // blocks kgroup and 2 + kgroup of the lane's head
+    uint32_t sa;  // their scale bytes in bytes 0 and 1 (the MFMAs' op_sel picks them)
+  };
+  static OPUS_DEV bool full_ok(uint32_t scales) {
+    bool ok = true;
+#pragma unroll
+    for (int b = 0; b < kScaleBlocks; ++b) {
+      const uint32_t e = scales >> (8 * b) & 0xFFu;
+      ok = ok && e >= kFullScaleLo && e <= kFullScaleHi;
+    }
+    return ok;
+  }
+  static OPUS_DEV bool weight_ok(float w) { return w < kFullWeightHi && -w < kFullWeightHi; }  // false for NaN
+  // Blocks kgroup and 2 + kgroup's scale bytes of a scale word, in bytes 0 and 1.
+  static OPUS_DEV uint32_t key_scales(uint32_t scales, int kgroup) {
+    return (scales >> (8 * kgroup) & 0xFFu) | (scales >> (8 * (2 + kgroup)) & 0xFFu) << 8;
+  }
+  // head == nullptr: the zero operand with unit scales (heads and rows past the group's).
+  static OPUS_DEV QueryFull query_full(const uint8_t* head, uint32_t scales, int kgroup) {
+    QueryFull f;
+    f.q[0] = head ? *reinterpret_cast<const uint4*>(head + kgroup * 16) : make_uint4(0u, 0u, 0u, 0u);
+    f.q[1] = head ? *reinterpret_cast<const uint4*>(head + (2 + kgroup) * 16) : make_uint4(0u, 0u, 0u, 0u);
+    f.sa = key_scales(scales, kgroup);
+    return f;
+  }
+  // The scaled dot over the head_dim: blocks 0-1, then 2-3 accumulated onto them; each lane's
+  // scale register holds the bytes of its row's blocks (byte p for the p-th MFMA).
+  static OPUS_DEV Acc full(const QueryFull& q, const KeyOp& k, uint32_t sb) {
+    const v16f zero = {};
+    const v16f a = __builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4(operand(q.q[0]), k.op[0], zero, kE2M1, kE2M1, 0,
+                                                                   q.sa, 0, sb);
+    return __builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4(operand(q.q[1]), k.op[1], a, kE2M1, kE2M1, 1, q.sa, 1, sb);
+  }
+};
+
 #if defined(__HIP_DEVICE_COMPILE__) && defined(__gfx950__)
 constexpr bool kOnTarget = true;
 #else
 constexpr bool kOnTarget = false;
 #endif
 
-template <int R, int H, int WAVES, int MIN_CTAS>
+constexpr int kMxf4 = 0, kMxsc = 1;  // the FAMILY template argument (kernels.cu)
+
+template <int FAMILY, int R, int H, int WAVES, int MIN_CTAS>
 __global__ void __launch_bounds__(WAVES * 64) mqa_logits_gfx950(const LaunchArgs args) {
-  gfx9::kernel_body<ScaledMfma, R, H, WAVES, kOnTarget>(args);
+  using M = std::conditional_t<FAMILY == kMxsc, FullScaledMfma, ScaledMfma>;
+  gfx9::kernel_body<M, R, H, WAVES, kOnTarget>(args);
 }
 
 }  // namespace gfx950

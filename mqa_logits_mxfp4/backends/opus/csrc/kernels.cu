@@ -46,7 +46,12 @@ namespace {
 thread_local opus_error_t last_error = opus_success;
 
 // The body's FAMILY template argument: only the sm_90 body has more than one family.
-#if OPUS_HIP
+#if OPUS_HIP && OPUS_GFX == 942
+#define OPUS_FAMILY_f16 gfx942::kF16
+#define OPUS_FAMILY_fp8 gfx942::kFp8
+#define OPUS_FAMILY_fold 0
+#define OPUS_FAMILY_i8 0
+#elif OPUS_HIP
 #define OPUS_FAMILY_f16 0
 #define OPUS_FAMILY_fp8 0
 #define OPUS_FAMILY_fold 0
@@ -57,7 +62,13 @@ thread_local opus_error_t last_error = opus_success;
 #define OPUS_FAMILY_fold sm90::kFold
 #define OPUS_FAMILY_i8 sm90::kI8
 #endif
+#if OPUS_HIP && OPUS_GFX == 950
+#define OPUS_FAMILY_mxf4 gfx950::kMxf4
+#define OPUS_FAMILY_mxsc gfx950::kMxsc
+#else
 #define OPUS_FAMILY_mxf4 0
+#define OPUS_FAMILY_mxsc 0
+#endif
 
 #if !OPUS_HIP
 // The sm_90 kernel of a family and its shared memory: the mma.sync bodies (kernel_sm90.cuh), or
@@ -80,7 +91,7 @@ int launch_one(const LaunchArgs& args, opus_stream_t stream) {
   const dim3 grid(args.grid_x, args.mode == kModePrefill ? args.parts : 1);
 #if OPUS_HIP
   const dim3 block(WARPS * OPUS_WARP);
-  hipLaunchKernelGGL((OPUS_HIP_KERNEL<R, H, WARPS, CTAS>), grid, block, 0, stream, args);  // static LDS only
+  hipLaunchKernelGGL((OPUS_HIP_KERNEL<FAMILY, R, H, WARPS, CTAS>), grid, block, 0, stream, args);  // static LDS only
 #else
   const dim3 block(WARPS * 32);
   using Body = SmBody<FAMILY, R, H, WARPS, CTAS>;

@@ -13,9 +13,10 @@
 //   arch    sm90 | gfx942 | gfx950  the target the body is written for
 //   family  f16  E2M1 encoded exactly in FP16 (encode.h): sm90 two mma.sync m16n8k16 a scale
 //                block, gfx942 two v_mfma_f32_16x16x16_f16 a scale block
-//           fp8  one FP8 E4M3 mma.sync m16n8k32 a scale block (sm_90 lowers it to
+//           fp8  sm90 one FP8 E4M3 mma.sync m16n8k32 a scale block (sm_90 lowers it to
 //                conversions + FP16 MMAs, yet it measured faster than f16 on decode:
-//                docs/opus-backend.md)
+//                docs/opus-backend.md); gfx942 one v_mfma_f32_16x16x32_fp8_fp8 a scale block
+//                on E4M3 FNUZ bytes (half the MFMAs of gfx942 f16)
 //           fold sm90 f16 MMAs on operands carrying each block's scale relative to the
 //                largest of its key / head, where that is exact (docs/numerics.md, "Folded
 //                scales"); the f16 path elsewhere. rows x heads <= 128 (two query operands)
@@ -27,6 +28,10 @@
 //                steps elsewhere. One CTA an SM
 //           mxf4 one scaled MFMA 32x32x64 a scale block on raw E2M1 operands, unit
 //                hardware scales (the E8M0 scales are applied on the VALU)
+//           mxsc gfx950 two scaled MFMAs 32x32x64 over the whole head_dim with the real E8M0
+//                block scales as scale operands, where every scale byte of the tile lies in
+//                96..158 and the group's weights below 2^40 (not the canonical order; within
+//                the tolerance: docs/numerics.md, "Scaled MFMA tiles"); mxf4's steps elsewhere
 //   rows    rows of one sequence per row group (they share every loaded key tile)
 //   warps   warps (sm_90, 32 lanes) or waves (gfx942 / gfx950, 64 lanes) a CTA
 // Every instance uses 64-key tiles (the schedule records count units in 64-key tiles) and two
@@ -47,10 +52,17 @@
   X(3, sm90_f16_r8w4,      sm90,   f16,  8, 4, 64, 2, 4, 0x3)                  \
   X(4, sm90_f16_r1w2,      sm90,   f16,  1, 2, 64, 2, 4, 0x7)                  \
   X(5, sm90_fp8_r1w4,      sm90,   fp8,  1, 4, 64, 2, 4, 0xF)                  \
+  X(21, gfx950_mxsc_r1w2,  gfx950, mxsc, 1, 2, 64, 2, 2, 0xF)                  \
+  X(22, gfx950_mxsc_r2w2,  gfx950, mxsc, 2, 2, 64, 2, 2, 0xF)                  \
+  X(23, gfx950_mxsc_r4w2,  gfx950, mxsc, 4, 2, 64, 2, 2, 0x7)                  \
+  X(24, gfx950_mxsc_r8w2,  gfx950, mxsc, 8, 2, 64, 2, 2, 0x3)                  \
   X(6, gfx950_mxf4_r1w2,   gfx950, mxf4, 1, 2, 64, 2, 2, 0xF)                  \
   X(7, gfx950_mxf4_r2w2,   gfx950, mxf4, 2, 2, 64, 2, 2, 0xF)                  \
   X(8, gfx950_mxf4_r4w2,   gfx950, mxf4, 4, 2, 64, 2, 2, 0x7)                  \
   X(9, gfx950_mxf4_r8w2,   gfx950, mxf4, 8, 2, 64, 2, 2, 0x3)                  \
+  X(25, gfx942_fp8_r1w4,   gfx942, fp8,  1, 4, 64, 2, 2, 0xF)                  \
+  X(26, gfx942_fp8_r2w4,   gfx942, fp8,  2, 4, 64, 2, 2, 0x7)                  \
+  X(27, gfx942_fp8_r4w4,   gfx942, fp8,  4, 4, 64, 2, 2, 0x3)                  \
   X(10, gfx942_f16_r1w4,   gfx942, f16,  1, 4, 64, 2, 2, 0xF)                  \
   X(11, gfx942_f16_r2w4,   gfx942, f16,  2, 4, 64, 2, 2, 0x7)                  \
   X(12, gfx942_f16_r4w4,   gfx942, f16,  4, 4, 64, 2, 2, 0x3)                  \
