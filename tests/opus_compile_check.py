@@ -119,7 +119,7 @@ def rocm_tree(clang: str, where: Path) -> Path:
 _SM90_ARGS = re.compile(r"mqa_logits_sm90ILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
 _SM90_I8_ARGS = re.compile(r"mqa_logits_sm90_i8ILi(\d+)ELi(\d+)ELi(\d+)E")  # rows, heads, consumer warpgroups
 _GFX_ARGS = re.compile(r"mqa_logits_gfx9\d\dILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")  # family, rows, heads, waves, ctas
-GFX_FAMILY = {"gfx942": {0: "f16", 1: "fp8"}, "gfx950": {0: "mxf4", 1: "mxsc"}}  # the FAMILY template argument
+GFX_FAMILY = {"gfx942": {0: "f16", 1: "fp8", 2: "fp8fold"}, "gfx950": {0: "mxf4", 1: "mxsc"}}  # the FAMILY template argument
 # The MFMA each gfx body is written for (tests/test_opus_build.py asserts its count).
 GFX_MFMA = {"gfx942": "v_mfma_f32_16x16x16_f16", "gfx950": "v_mfma_scale_f32_32x32x64_f8f6f4"}
 FAMILY_CODE = {0: "f16", 1: "fp8", 2: "fold"}

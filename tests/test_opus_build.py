@@ -90,7 +90,7 @@ def test_instances_are_registered_and_validated_only_where_they_ran():
         assert inst.validated_on == (("sm_90",) if ran else ())
         assert not inst.validated("gfx950") and not inst.validated("gfx942")
         assert inst.modes == ("table", "free", "prefill") and inst.block_n == 64
-        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|fold|mxf4|mxsc|i8)_r\d+w\d+", inst.name)
+        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|fp8fold|fold|mxf4|mxsc|i8)_r\d+w\d+", inst.name)
         assert inst.name == f"{inst.arches[0].replace('_', '')}_{inst.family}_r{inst.rows}w{inst.warps}"
         assert all(inst.rows * h <= 256 for h in inst.heads)
         if inst.arches == ("gfx942",):   # 256 B of FP16 query operand a (row, head) in 64 KB of LDS
@@ -139,10 +139,11 @@ def test_default_rule_per_arch():
     # the scaled MFMA over the whole head_dim first (fewest rows holding the group), then mxf4
     assert gfx950[:2] == ["gfx950_mxsc_r2w2", "gfx950_mxsc_r4w2"] and gfx950.index("gfx950_mxf4_r2w2") == 3
     gfx942 = BACKEND.ranked_picks(sm90_key(arch="gfx942"))
-    # one FP8 MFMA a block before two FP16 ones; 64 heads: r4 holds <= 32
-    assert [i.name for i, _ in gfx942] == ["gfx942_fp8_r2w4", "gfx942_fp8_r1w4", "gfx942_f16_r2w4", "gfx942_f16_r1w4"]
+    # folded FP8 (not canonical), then one FP8 MFMA a block, then two FP16 ones; 64 heads: r4 holds <= 32
+    assert [i.name for i, _ in gfx942] == ["gfx942_fp8fold_r2w4", "gfx942_fp8fold_r1w4", "gfx942_fp8_r2w4",
+                                          "gfx942_fp8_r1w4", "gfx942_f16_r2w4", "gfx942_f16_r1w4"]
     assert BACKEND.ranked_picks(sm90_key(arch="gfx942", heads=32, max_qlen=4096, max_rows=4096))[0] == \
-        (next(i for i in INSTANCES if i.name == "gfx942_fp8_r4w4"), "prefill")
+        (next(i for i in INSTANCES if i.name == "gfx942_fp8fold_r4w4"), "prefill")
     assert BACKEND.ranked_picks(sm90_key(arch="sm_80")) == []
 
 
@@ -593,6 +594,14 @@ def test_gfx942_kernels_compile_to_their_mfma():
     assert {(k["family"], k["rows"], k["heads"], k["waves"], k["ctas"]) for k in kernels} == expected_kernels("gfx942")
     for k in kernels:
         what = f"{k['family']} r{k['rows']} H{k['heads']}"
+        if k["family"] == "fp8fold":
+            # fp8's four MFMAs a (row, M-tile) on the fallback, four more chained on folded operands;
+            # both query operands in LDS; a few SGPRs spill to VGPR lanes, reloaded <= 5 times a tile
+            assert k["mfma_ops"] == {"v_mfma_f32_16x16x32_fp8_fp8": 2 * 4 * k["heads"] // 16}, what
+            assert 256 * k["rows"] * k["heads"] < k["lds"] <= 292 * k["rows"] * k["heads"] + 128, what
+            assert k["tile_loop_lane_ops"] <= (0 if k["rows"] == 1 else 5), what
+            assert_clean_gfx9(k, what, sgpr_spills=24)
+            continue
         assert_clean_gfx9(k, what)
         if k["family"] == "f16":
             # two FP16 MFMAs per (scale block, 16-column M-tile) of a row, and no other MFMA

@@ -25,12 +25,13 @@ from .instances import ARCHES, INSTANCES, ctas_for_heads, from_registry, registr
 # docs/perf-notes.md): the wgmma body i8 was 1.9-3.3x faster than the best mma.sync body on decode
 # with realistic scales (and 0.7-0.9x of it on wide-spread scales, where its canonical path
 # runs); among the mma.sync bodies FP8 was fastest on one-row decode, fold (two-row tiles) on
-# MTP 4 decode with 16+ sequences and on prefill. gfx942's fp8 (one FP8 MFMA a block) comes
-# before f16 (two FP16 ones); gfx950's mxsc (two
+# MTP 4 decode with 16+ sequences and on prefill. gfx942's fp8fold (FP8 operands carrying the
+# block scales, one accumulator; not canonical) comes first, then fp8 (one FP8 MFMA a block), then
+# f16 (two FP16 ones); gfx950's mxsc (two
 # scaled MFMAs a tile over the whole head_dim) comes before mxf4 (four, each with half its K
 # lanes zero) unless batch_invariant asks for canonical instances; neither was ever measured.
 _FAMILY_ORDER = {"sm_90": (("i8", "fp8", "fold", "f16"), ("i8", "fold", "f16", "fp8")),
-                 "gfx942": (("fp8", "f16"), ("fp8", "f16")),
+                 "gfx942": (("fp8fold", "fp8", "f16"), ("fp8fold", "fp8", "f16")),
                  "gfx950": (("mxsc", "mxf4"), ("mxsc", "mxf4"))}
 
 

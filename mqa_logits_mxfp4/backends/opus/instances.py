@@ -26,7 +26,7 @@ HEAD_DIMS = (128,)
 # on first use. A family name may serve several arches (f16: sm_90 and gfx942), so an instance counts as
 # validated only on its own arch (validated_on()).
 VALIDATED_ON: dict[str, tuple[str, ...]] = {"f16": ("sm_90",), "fp8": ("sm_90",), "fold": ("sm_90",), "mxf4": (),
-                                            "mxsc": (), "i8": ("sm_90",)}
+                                            "mxsc": (), "fp8fold": (), "i8": ("sm_90",)}
 
 _FIELDS = ("id", "name", "arch", "family", "rows", "warps", "keys", "stages", "ctas", "heads")
 
@@ -103,7 +103,7 @@ def validated_on(arch: str, family: str) -> tuple[str, ...]:
 # Families whose fast path is not the canonical order (within the tolerance; docs/numerics.md):
 # i8 sums the four scaled blocks exactly in integers ("Integer tiles"), mxsc lets the scaled
 # MFMA sum them ("Scaled MFMA tiles").
-NON_CANONICAL = frozenset({"i8", "mxsc"})
+NON_CANONICAL = frozenset({"i8", "mxsc", "fp8fold"})
 
 
 def make_instance(id_: int, name: str, arch: str, family: str, rows: int, warps: int, block_n: int,

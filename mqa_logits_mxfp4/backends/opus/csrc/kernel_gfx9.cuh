@@ -20,10 +20,13 @@
 //   load(key, kgroup, KeyData&)          key: the 64 bytes of one key; kgroup = lane / TN
 //   key_operand(KeyData) -> KeyOp;  partial(Query, KeyOp, blk) -> Acc (the exact block partial)
 //   kFull: false, or true for a family that also scores a whole tile in one MFMA chain over the
-//   head_dim with the real block scales (not the canonical order; within the tolerance) where
-//   full_ok() admits the tile, and then provides QueryFull, query_full(head, scales, kgroup),
-//   key_scales(scales, kgroup) and full(QueryFull, KeyOp, key scales) -> Acc (the scaled dot).
-//   Other tiles take the canonical steps.
+//   head_dim with the block scales in the operands (not the canonical order; within the
+//   tolerance) where full_ok() admits the tile, and then provides QueryFull,
+//   query_full(head, scales, kgroup), KeyFull, key_full(KeyOp, KeyData, scales, kgroup) and
+//   full(QueryFull, KeyFull) -> Acc; with kPostScale the Acc is the dot over 2^(qmax + kmax - 254)
+//   and the Scorer multiplies it by key_factor(scales) = 2^(kmax - 127) and the head's
+//   query_factor(scales) = 2^(qmax - 127) (exact powers of two). Other tiles take the canonical
+//   steps.
 #pragma once
 
 #include "args.h"
@@ -55,8 +58,15 @@ struct Shape {
 // placeholder shifted their scale arrays off 16-byte alignment and cost gfx942 r1 H128 78 VGPRs).
 template <class M, int R, int MT, bool FULL = M::kFull>
 struct FullOperands {};
+// kPostScale families: each head's query_factor, [row][lane group][slot] (as Lds::sq).
+template <class M, int R, int G, int SLOTS, bool POST = M::kPostScale>
+struct PostScaleFactors {};
+template <class M, int R, int G, int SLOTS>
+struct PostScaleFactors<M, R, G, SLOTS, true> {
+  float fq[R][G][SLOTS];
+};
 template <class M, int R, int MT>
-struct FullOperands<M, R, MT, true> {
+struct FullOperands<M, R, MT, true> : PostScaleFactors<M, R, 64 / M::kKeys, MT * M::kCols * M::kKeys / 64> {
   typename M::QueryFull qf[R][MT][64];
 };
 
@@ -148,6 +158,16 @@ struct Scorer {
         }
         lds.qf[r][mt][l] = v;
       }
+      if constexpr (M::kPostScale) {
+        for (int idx = tid; idx < R * S::G * S::SLOTS; idx += S::THREADS) {
+          const int slot = idx % S::SLOTS, g = (idx / S::SLOTS) % S::G, r = idx / (S::G * S::SLOTS);
+          const int row = r0 + r;
+          const uint32_t qs = row < r1 ? *reinterpret_cast<const uint32_t*>(
+                                             args.q_scale + ((long long)row * H + S::G * slot + g) * kScaleBlocks)
+                                       : 0x7F7F7F7Fu;
+          lds.fq[r][g][slot] = M::query_factor(qs);
+        }
+      }
       full_group = __syncthreads_and(mine) != 0;
     }
   }
@@ -193,7 +213,7 @@ struct Scorer {
   // backend's allocation worse: more SGPR spills, and 350 VGPRs at r1 H128.)
   OPUS_DEV void score_tile_full(const KeyRegs<M>& k, const typename M::KeyOp& kop, int tile) const {
     const int n = key_of(tile);
-    const uint32_t sb = M::key_scales(k.scales, grp);
+    const typename M::KeyFull kf = M::key_full(kop, k.data, k.scales, grp);
 #pragma unroll 1
     for (int r = 0; r < R; ++r) {
       const int end = lds.rend[r];
@@ -201,9 +221,15 @@ struct Scorer {
       float acc[S::MT][S::VPT];
 #pragma unroll
       for (int mt = 0; mt < S::MT; ++mt) {
-        const typename M::Acc p = M::full(lds.qf[r][mt][lane], kop, sb);
+        const typename M::Acc p = M::full(lds.qf[r][mt][lane], kf);
 #pragma unroll
-        for (int i = 0; i < S::VPT; ++i) acc[mt][i] = p[i];
+        for (int i = 0; i < S::VPT; ++i) {
+          acc[mt][i] = p[i];
+          if constexpr (M::kPostScale) {
+            const int slot = S::VPT * mt + i;
+            if (slot < S::SLOTS) acc[mt][i] = fmul_rn(fmul_rn(p[i], M::key_factor(k.scales)), lds.fq[r][grp][slot]);
+          }
+        }
       }
       finish_row(acc, r, n, end);
     }

@@ -15,6 +15,14 @@
 // E2M1 -0 becomes 0x00): every E2M1 value is an FNUZ normal, each product is exact and so is the
 // fp32 block partial, as for f16. Same operand split (lane group g: word g of the block, its
 // eight codes as eight bytes). Both are canonical.
+//
+// Family fp8fold (Fp8FoldMfma, not canonical): where a key's four block scales lie within 2^6 of
+// its largest (kmax), a head's within 2^6 of its (qmax), all in 96..158, and the weights below
+// 2^40, each block's offset is folded into the FNUZ operand (the exponent field lowered by
+// kmax - ek_b, exact: every value stays normal) and the four MFMAs of a (row, M-tile) chain into
+// one accumulator: acc = sum_b P_b * 2^-(dq_b + dk_b), then two exact multiplies by 2^(kmax - 127)
+// and 2^(qmax - 127). No per-block scaling on the VALU; the hardware's additions of the four
+// terms decide the last bits (docs/numerics.md, "Scaled MFMA tiles"). fp8's steps elsewhere.
 #pragma once
 
 #include <type_traits>
@@ -110,17 +118,85 @@ struct Fp8Mfma {
   }
 };
 
+// The fold rule (fp8fold): block offsets from the vector's largest scale byte at most kFoldSpread,
+// the largest in kFoldLo..kFoldHi, weights below kFoldWeightHi (the same bounds as gfx950's mxsc
+// for the products' and cells' range; docs/numerics.md).
+constexpr int kFoldSpread = 6;
+constexpr uint32_t kFoldLo = 96, kFoldHi = 158;
+constexpr float kFoldWeightHi = 1099511627776.0f;  // 2^40
+
+// fnuz_word with every nonzero byte divided by 2^d (exponent field - d; d <= 6 keeps it normal:
+// the smallest nonzero magnitude, 0.5 = exponent 7, becomes 2^-7 at d = 6).
+OPUS_DEV uint32_t fnuz_bytes_shifted(uint32_t codes, uint32_t d) {
+  const uint32_t m = codes & 0x07070707u;
+  const uint32_t nz = ((m + 0x07070707u) & 0x08080808u) >> 3;  // 1 in each nonzero byte
+  return fnuz_bytes(codes) - nz * (d << 3);                    // no borrows: those bytes are >= 0x38
+}
+OPUS_DEV uint2 fnuz_word_shifted(uint32_t w, uint32_t d) {
+  return make_uint2(fnuz_bytes_shifted(w & 0x0F0F0F0Fu, d), fnuz_bytes_shifted(w >> 4 & 0x0F0F0F0Fu, d));
+}
+
+struct Fp8FoldMfma : Fp8Mfma {
+  static constexpr bool kFull = true;
+  static constexpr bool kPostScale = true;
+  struct QueryFull {
+    uint2 q[kScaleBlocks];  // word kgroup of each block, folded by the head's block offsets
+  };
+  struct KeyFull {
+    uint2 op[kScaleBlocks];  // the same for the key
+  };
+  static OPUS_DEV uint32_t max_byte(uint32_t s) {
+    return uint32_t(imax(imax(int(s & 0xFFu), int(s >> 8 & 0xFFu)), imax(int(s >> 16 & 0xFFu), int(s >> 24))));
+  }
+  static OPUS_DEV bool full_ok(uint32_t scales) {
+    const uint32_t hi = max_byte(scales);
+    bool ok = hi >= kFoldLo && hi <= kFoldHi;
+#pragma unroll
+    for (int b = 0; b < kScaleBlocks; ++b) ok = ok && hi - (scales >> (8 * b) & 0xFFu) <= uint32_t(kFoldSpread);
+    return ok;
+  }
+  static OPUS_DEV bool weight_ok(float w) { return w < kFoldWeightHi && -w < kFoldWeightHi; }  // false for NaN
+  static OPUS_DEV float key_factor(uint32_t scales) { return __uint_as_float(max_byte(scales) << 23); }
+  static OPUS_DEV float query_factor(uint32_t scales) { return __uint_as_float(max_byte(scales) << 23); }
+  static OPUS_DEV uint2 folded(uint32_t word, uint32_t scales, int blk) {
+    return fnuz_word_shifted(word, max_byte(scales) - (scales >> (8 * blk) & 0xFFu));
+  }
+  // head == nullptr: the zero operand (heads and rows past the group's).
+  static OPUS_DEV QueryFull query_full(const uint8_t* head, uint32_t scales, int kgroup) {
+    QueryFull f;
+#pragma unroll
+    for (int blk = 0; blk < kScaleBlocks; ++blk)
+      f.q[blk] = head ? folded(*reinterpret_cast<const uint32_t*>(head + blk * 16 + kgroup * 4), scales, blk)
+                      : make_uint2(0u, 0u);
+    return f;
+  }
+  static OPUS_DEV KeyFull key_full(const KeyOp&, const KeyData& k, uint32_t scales, int) {
+    KeyFull f;
+#pragma unroll
+    for (int blk = 0; blk < kScaleBlocks; ++blk) f.op[blk] = folded(k.word[blk], scales, blk);
+    return f;
+  }
+  // sum_b P_b * 2^-(dq_b + dk_b): the four MFMAs on one accumulator
+  static OPUS_DEV Acc full(const QueryFull& q, const KeyFull& k) {
+    v4f a = {};
+#pragma unroll
+    for (int blk = 0; blk < kScaleBlocks; ++blk)
+      a = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(bits(q.q[blk]), bits(k.op[blk]), a, 0, 0, 0);
+    return a;
+  }
+};
+
 #if defined(__HIP_DEVICE_COMPILE__) && defined(__gfx942__)
 constexpr bool kOnTarget = true;
 #else
 constexpr bool kOnTarget = false;
 #endif
 
-constexpr int kF16 = 0, kFp8 = 1;  // the FAMILY template argument (kernels.cu)
+constexpr int kF16 = 0, kFp8 = 1, kFp8Fold = 2;  // the FAMILY template argument (kernels.cu)
 
 template <int FAMILY, int R, int H, int WAVES, int MIN_CTAS>
 __global__ void __launch_bounds__(WAVES * 64) mqa_logits_gfx942(const LaunchArgs args) {
-  using M = std::conditional_t<FAMILY == kFp8, Fp8Mfma, F16Mfma>;
+  using M = std::conditional_t<FAMILY == kFp8Fold, Fp8FoldMfma, std::conditional_t<FAMILY == kFp8, Fp8Mfma, F16Mfma>>;
   gfx9::kernel_body<M, R, H, WAVES, kOnTarget>(args);
 }
 

@@ -73,6 +73,7 @@ constexpr float kFullWeightHi = 1099511627776.0f;
 
 struct FullScaledMfma : ScaledMfma {
   static constexpr bool kFull = true;
+  static constexpr bool kPostScale = false;  // the MFMA applies the scales itself
   struct QueryFull {
     uint4 q[2];   // blocks kgroup and 2 + kgroup of the lane's head
     uint32_t sa;  // their scale bytes in bytes 0 and 1 (the MFMAs' op_sel picks them)
@@ -99,13 +100,21 @@ struct FullScaledMfma : ScaledMfma {
     f.sa = key_scales(scales, kgroup);
     return f;
   }
+  struct KeyFull {
+    KeyOp op;     // the raw key operand, as mxf4's
+    uint32_t sb;  // the lane's two block scale bytes (key_scales)
+  };
+  static OPUS_DEV KeyFull key_full(const KeyOp& op, const KeyData&, uint32_t scales, int kgroup) {
+    return KeyFull{op, key_scales(scales, kgroup)};
+  }
   // The scaled dot over the head_dim: blocks 0-1, then 2-3 accumulated onto them; each lane's
   // scale register holds the bytes of its row's blocks (byte p for the p-th MFMA).
-  static OPUS_DEV Acc full(const QueryFull& q, const KeyOp& k, uint32_t sb) {
+  static OPUS_DEV Acc full(const QueryFull& q, const KeyFull& k) {
     const v16f zero = {};
-    const v16f a = __builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4(operand(q.q[0]), k.op[0], zero, kE2M1, kE2M1, 0,
-                                                                   q.sa, 0, sb);
-    return __builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4(operand(q.q[1]), k.op[1], a, kE2M1, kE2M1, 1, q.sa, 1, sb);
+    const v16f a = __builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4(operand(q.q[0]), k.op.op[0], zero, kE2M1, kE2M1, 0,
+                                                                   q.sa, 0, k.sb);
+    return __builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4(operand(q.q[1]), k.op.op[1], a, kE2M1, kE2M1, 1, q.sa, 1,
+                                                           k.sb);
   }
 };
 

@@ -49,6 +49,7 @@ thread_local opus_error_t last_error = opus_success;
 #if OPUS_HIP && OPUS_GFX == 942
 #define OPUS_FAMILY_f16 gfx942::kF16
 #define OPUS_FAMILY_fp8 gfx942::kFp8
+#define OPUS_FAMILY_fp8fold gfx942::kFp8Fold
 #define OPUS_FAMILY_fold 0
 #define OPUS_FAMILY_i8 0
 #elif OPUS_HIP
@@ -68,6 +69,9 @@ thread_local opus_error_t last_error = opus_success;
 #else
 #define OPUS_FAMILY_mxf4 0
 #define OPUS_FAMILY_mxsc 0
+#endif
+#if !(OPUS_HIP && OPUS_GFX == 942)
+#define OPUS_FAMILY_fp8fold 0
 #endif
 
 #if !OPUS_HIP

@@ -17,6 +17,9 @@
 //                conversions + FP16 MMAs, yet it measured faster than f16 on decode:
 //                docs/opus-backend.md); gfx942 one v_mfma_f32_16x16x32_fp8_fp8 a scale block
 //                on E4M3 FNUZ bytes (half the MFMAs of gfx942 f16)
+//           fp8fold gfx942 the fp8 MFMAs on FNUZ operands carrying each block's scale offset
+//                (from the vector's largest, <= 2^6), the four chained into one accumulator;
+//                not canonical (docs/numerics.md, "Scaled MFMA tiles"); fp8's steps elsewhere
 //           fold sm90 f16 MMAs on operands carrying each block's scale relative to the
 //                largest of its key / head, where that is exact (docs/numerics.md, "Folded
 //                scales"); the f16 path elsewhere. rows x heads <= 128 (two query operands)
@@ -60,6 +63,9 @@
   X(7, gfx950_mxf4_r2w2,   gfx950, mxf4, 2, 2, 64, 2, 2, 0xF)                  \
   X(8, gfx950_mxf4_r4w2,   gfx950, mxf4, 4, 2, 64, 2, 2, 0x7)                  \
   X(9, gfx950_mxf4_r8w2,   gfx950, mxf4, 8, 2, 64, 2, 2, 0x3)                  \
+  X(28, gfx942_fp8fold_r1w4, gfx942, fp8fold, 1, 4, 64, 2, 2, 0xF)            \
+  X(29, gfx942_fp8fold_r2w4, gfx942, fp8fold, 2, 4, 64, 2, 2, 0x7)            \
+  X(30, gfx942_fp8fold_r4w4, gfx942, fp8fold, 4, 4, 64, 2, 2, 0x3)            \
   X(25, gfx942_fp8_r1w4,   gfx942, fp8,  1, 4, 64, 2, 2, 0xF)                  \
   X(26, gfx942_fp8_r2w4,   gfx942, fp8,  2, 4, 64, 2, 2, 0x7)                  \
   X(27, gfx942_fp8_r4w4,   gfx942, fp8,  4, 4, 64, 2, 2, 0x3)                  \
