@@ -25,10 +25,10 @@ def v_perm(s0: int, s1: int, sel: int) -> int:
     return sum(((src >> (8 * (sel >> (8 * i) & 0xFF))) & 0xFF) << (8 * i) for i in range(4))
 
 
-def fnuz_bytes(codes: int, mag03: int, mag47: int) -> int:
+def fnuz_bytes(codes: int, mag03: int, mag47: int, d: int = 0) -> int:
     m = codes & 0x07070707
-    neg = codes & ((m + 0x07070707) & 0x08080808)
-    return (v_perm(mag47, mag03, m) | neg << 4) & 0xFFFFFFFF
+    nz = (m + 0x07070707) & 0x08080808
+    return ((v_perm(mag47, mag03, m) | (codes & nz) << 4) - (nz >> 3) * (d << 3)) & 0xFFFFFFFF
 
 
 def test_every_e2m1_code_becomes_its_value_in_fnuz():
@@ -46,14 +46,8 @@ def test_every_e2m1_code_becomes_its_value_in_fnuz():
             assert all(b == 0x38 for b in others), (code, lane, hex(out))  # no carry between bytes
 
 
-def fnuz_bytes_shifted(codes: int, d: int, mag03: int, mag47: int) -> int:
-    m = codes & 0x07070707
-    nz = ((m + 0x07070707) & 0x08080808) >> 3
-    return (fnuz_bytes(codes, mag03, mag47) - nz * (d << 3)) & 0xFFFFFFFF
-
-
 def test_the_folded_bytes_are_the_values_times_2_to_minus_d():
-    """fp8fold: fnuz_bytes_shifted divides every value by 2^d (d = the block's offset, <= the fold
+    """fp8fold: fnuz_bytes(..., d) divides every value by 2^d (d = the block's offset, <= the fold
     spread), exactly: no value leaves the normal range, no byte borrows from its neighbour."""
     text = HEADER.read_text()
     mag03, mag47 = (int(re.search(rf"\b{n} = 0x([0-9A-F]+)u", text).group(1), 16) for n in ("kMag03", "kMag47"))
@@ -61,7 +55,7 @@ def test_the_folded_bytes_are_the_values_times_2_to_minus_d():
     for d in range(spread + 1):
         for code in range(16):
             word = 0x01010101 & ~0xFF | code  # byte 0 holds the code, the others 0.5
-            out = fnuz_bytes_shifted(word, d, mag03, mag47)
+            out = fnuz_bytes(word, mag03, mag47, d)
             want = E2M1[code & 7] * (-1 if code & 8 else 1) * 2.0 ** -d
             assert fnuz_value(out & 0xFF) == want, (d, code, hex(out))
             assert out & 0x7F == 0 or (out >> 3 & 0xF) >= 1, "a folded value left the normal range"

@@ -28,17 +28,15 @@ from mqa_logits_mxfp4.reference import (_head_tree_fp32, _relu, compare_to_refer
                                         mqa_logits_reference, row_sequences)
 
 CSRC = Path(__file__).resolve().parents[1] / "mqa_logits_mxfp4/backends/opus/csrc"
-HEADER = CSRC / "kernel_gfx950.cuh"
+HEADER = CSRC / "kernel_gfx9.cuh"  # the full paths' range, shared by mxsc and fp8fold
 
 
 def rule_constants(family: str = "mxsc") -> tuple[int, int, float]:
-    """(smallest scale byte, largest, weight bound) as the family's kernel header defines them;
-    for fp8fold the bounds of a vector's largest byte."""
-    header, names = {"mxsc": (HEADER, ("kFullScaleLo", "kFullScaleHi", "kFullWeightHi")),
-                     "fp8fold": (CSRC / "kernel_gfx942.cuh", ("kFoldLo", "kFoldHi", "kFoldWeightHi"))}[family]
-    text = header.read_text()
-    lo, hi = (int(re.search(rf"\b{n} = (\d+)", text).group(1)) for n in names[:2])
-    w = float(re.search(rf"\b{names[2]} = ([0-9.]+)f", text).group(1))
+    """(smallest scale byte, largest, weight bound) as the kernel header defines them; for
+    fp8fold the bounds of a vector's largest byte."""
+    text = HEADER.read_text()
+    lo, hi = (int(re.search(rf"\b{n} = (\d+)", text).group(1)) for n in ("kFullScaleLo", "kFullScaleHi"))
+    w = float(re.search(r"\bkFullWeightHi = ([0-9.]+)f", text).group(1))
     return lo, hi, w
 
 

@@ -41,7 +41,7 @@ from flydsl.expr.typing import T, Vector
 from .spec import HEAD_DIM, MODE_PREFILL, MODE_TABLE, MODES, RECORD_INTS, KernelSpec
 
 UNIT_SCALES = 0x7F7F7F7F      # E8M0 127 = 1.0 in every byte
-# The mxsc rule, as the opus gfx950 body's (kernel_gfx950.cuh kFullScale*, kFullWeightHi; a test
+# The mxsc rule, as the opus gfx9 bodies' (kernel_gfx9.cuh kFullScale*, kFullWeightHi; a test
 # checks both sources agree): scale bytes 96..158, weights below 2^40
 FULL_LO, FULL_HI, FULL_W_HI = 96, 158, 2.0 ** 40
 E2M1 = 4                      # cbsz / blgp format code of the f8f6f4 MFMA
@@ -167,6 +167,12 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
             Vector.make_type(4, fx.Float32), [kfrag, qfrag, zero4, E2M1, E2M1, 0, sa, 0, sb]))
         return p.maximumf(zero4)
 
+    def weight(wp):
+        """The f32 weight at wp (bf16 weights widened exactly)."""
+        if const_expr(W_BF16):
+            return (fx.Int32(wp.load()) << 16).bitcast(fx.Float32)
+        return fx.Float32(wp.load())
+
     @flyc.jit
     def stage_queries(q, qs, w, stride_w, r0, r1, tid, lds_q, lds_s, lds_w, lds_qw, lds_ok):
         """Write the group's query operands, decoded q scales and weights to LDS (all waves)."""
@@ -181,11 +187,7 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                 (lds_q + fx.Int64(idx) * 4).store(frag)
                 if const_expr(FULL):  # the (row, head tile)'s flag: a wave a tile (idx // WAVE uniform)
                     word = fx.Int32((qs + head).load())
-                    wp = w + (fx.Int64(row) * stride_w + fx.Int64((i % NT) * 16 + idx % 16))
-                    if const_expr(W_BF16):
-                        wf = (fx.Int32(wp.load()) << 16).bitcast(fx.Float32)
-                    else:
-                        wf = fx.Float32(wp.load())
+                    wf = weight(w + (fx.Int64(row) * stride_w + fx.Int64((i % NT) * 16 + idx % 16)))
                     ok = _bytes_in_full_range(word) & (wf < FULL_W_HI) & (wf > -FULL_W_HI)
                     votes = _wave_sum(ok.select(fx.Int32(1), fx.Int32(0)))
                     if idx % WAVE == 0:
@@ -200,12 +202,7 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                 (lds_s + fx.Int64(idx) * NB).store(scales)
                 if const_expr(FULL):
                     (lds_qw + fx.Int64(idx)).store(word[0])
-                wp = w + (fx.Int64(row) * stride_w + fx.Int64(idx % H))
-                if const_expr(W_BF16):
-                    wf = (fx.Int32(wp.load()) << 16).bitcast(fx.Float32)
-                else:
-                    wf = fx.Float32(wp.load())
-                (lds_w + fx.Int64(idx)).store(wf)
+                (lds_w + fx.Int64(idx)).store(weight(w + (fx.Int64(row) * stride_w + fx.Int64(idx % H))))
 
     @flyc.jit
     def score_group(q, qs, kv, ks, w, bt, re, out, oo, num_pages, seq_cap, out_numel, stride_w,
@@ -265,7 +262,7 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                 keys_full = _uniform((_wave_sum(_bytes_in_full_range(kword).select(fx.Int32(1), fx.Int32(0)))
                                       == WAVE).select(fx.Int32(1), fx.Int32(0)))
 
-            def scores(kfrag_, i, fq, sq):
+            def scores(i, fq, sq):
                 """steps 1-4 of (row, head tile) i: mxsc's one MFMA where its flag and the wave's
                 keys allow, the four otherwise."""
                 if const_expr(not FULL):
@@ -275,7 +272,7 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                              >> (8 * g)) & 0xFF
                 x = Vector.filled(4, 0.0, fx.Float32)
                 if (keys_full & _uniform(flag)) != 0:
-                    x = full_scores(kfrag_, fq, key_byte, head_byte)
+                    x = full_scores(kfrag, fq, key_byte, head_byte)
                 else:
                     x = tile_scores(kiso, kscale, fq, sq)
                 return x
@@ -296,8 +293,8 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                 for ti in range_constexpr(half):
                     fa, sa, wa = operands(ri * NT + ti)
                     fb, sb, wb = operands(ri * NT + ti + half)
-                    xa = scores(kfrag, ri * NT + ti, fa, sa)
-                    xb = scores(kfrag, ri * NT + ti + half, fb, sb)
+                    xa = scores(ri * NT + ti, fa, sa)
+                    xb = scores(ri * NT + ti + half, fb, sb)
                     v.append(fx.math.fma(xa, Vector.filled(4, wa, fx.Float32),
                                          xb * Vector.filled(4, wb, fx.Float32)))
                 while const_expr(len(v) > 1):

@@ -24,9 +24,8 @@
 //   tolerance) where full_ok() admits the tile, and then provides QueryFull,
 //   query_full(head, scales, kgroup), KeyFull, key_full(KeyOp, KeyData, scales, kgroup) and
 //   full(QueryFull, KeyFull) -> Acc; with kPostScale the Acc is the dot over 2^(qmax + kmax - 254)
-//   and the Scorer multiplies it by key_factor(scales) = 2^(kmax - 127) and the head's
-//   query_factor(scales) = 2^(qmax - 127) (exact powers of two). Other tiles take the canonical
-//   steps.
+//   and the Scorer multiplies it by the key's and the head's scale_factor(scales) =
+//   2^(largest byte - 127) (exact powers of two). Other tiles take the canonical steps.
 #pragma once
 
 #include "args.h"
@@ -36,6 +35,16 @@
 
 namespace opus {
 namespace gfx9 {
+
+// The full paths' range (kFull families): scale bytes 2^-31..2^31 (gfx950 mxsc: every byte;
+// gfx942 fp8fold: each vector's largest), so a scaled product (|E2M1 x E2M1| <= 36) and any
+// 128-term sum of them stay normal and finite, far from where a format's scaling could saturate
+// or flush; 0xFF (NaN) and the extremes take the canonical steps. Weights finite and below 2^40:
+// a cell, 4608 x 2^62 x 2^40 at most, summed over 128 heads stays finite (the canonical steps
+// decide overflow otherwise).
+constexpr uint32_t kFullScaleLo = 96, kFullScaleHi = 158;
+constexpr float kFullWeightHi = 1099511627776.0f;
+OPUS_DEV bool full_weight_ok(float w) { return w < kFullWeightHi && -w < kFullWeightHi; }  // false for NaN
 
 template <class M, int R, int H>
 struct Shape {
@@ -58,7 +67,7 @@ struct Shape {
 // placeholder shifted their scale arrays off 16-byte alignment and cost gfx942 r1 H128 78 VGPRs).
 template <class M, int R, int MT, bool FULL = M::kFull>
 struct FullOperands {};
-// kPostScale families: each head's query_factor, [row][lane group][slot] (as Lds::sq).
+// kPostScale families: each head's scale_factor, [row][lane group][slot] (as Lds::sq).
 template <class M, int R, int G, int SLOTS, bool POST = M::kPostScale>
 struct PostScaleFactors {};
 template <class M, int R, int G, int SLOTS>
@@ -154,7 +163,7 @@ struct Scorer {
           const long long col = (long long)row * H + h;
           const uint32_t qs = *reinterpret_cast<const uint32_t*>(args.q_scale + col * kScaleBlocks);
           v = M::query_full(args.q + col * kHeadBytes, qs, l / S::TM);
-          mine = mine && M::full_ok(qs) && M::weight_ok(head_weight(args, row, h));
+          mine = mine && M::full_ok(qs) && full_weight_ok(head_weight(args, row, h));
         }
         lds.qf[r][mt][l] = v;
       }
@@ -165,7 +174,7 @@ struct Scorer {
           const uint32_t qs = row < r1 ? *reinterpret_cast<const uint32_t*>(
                                              args.q_scale + ((long long)row * H + S::G * slot + g) * kScaleBlocks)
                                        : 0x7F7F7F7Fu;
-          lds.fq[r][g][slot] = M::query_factor(qs);
+          lds.fq[r][g][slot] = M::scale_factor(qs);
         }
       }
       full_group = __syncthreads_and(mine) != 0;
@@ -214,6 +223,8 @@ struct Scorer {
   OPUS_DEV void score_tile_full(const KeyRegs<M>& k, const typename M::KeyOp& kop, int tile) const {
     const int n = key_of(tile);
     const typename M::KeyFull kf = M::key_full(kop, k.data, k.scales, grp);
+    float kfac = 1.0f;
+    if constexpr (M::kPostScale) kfac = M::scale_factor(k.scales);
 #pragma unroll 1
     for (int r = 0; r < R; ++r) {
       const int end = lds.rend[r];
@@ -227,7 +238,7 @@ struct Scorer {
           acc[mt][i] = p[i];
           if constexpr (M::kPostScale) {
             const int slot = S::VPT * mt + i;
-            if (slot < S::SLOTS) acc[mt][i] = fmul_rn(fmul_rn(p[i], M::key_factor(k.scales)), lds.fq[r][grp][slot]);
+            if (slot < S::SLOTS) acc[mt][i] = fmul_rn(fmul_rn(p[i], kfac), lds.fq[r][grp][slot]);
           }
         }
       }

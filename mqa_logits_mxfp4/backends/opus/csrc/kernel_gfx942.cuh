@@ -17,7 +17,7 @@
 // eight codes as eight bytes). Both are canonical.
 //
 // Family fp8fold (Fp8FoldMfma, not canonical): where a key's four block scales lie within 2^6 of
-// its largest (kmax), a head's within 2^6 of its (qmax), all in 96..158, and the weights below
+// its largest (kmax), a head's within 2^6 of its (qmax), those in 96..158, and the weights below
 // 2^40, each block's offset is folded into the FNUZ operand (the exponent field lowered by
 // kmax - ek_b, exact: every value stays normal) and the four MFMAs of a (row, M-tile) chain into
 // one accumulator: acc = sum_b P_b * 2^-(dq_b + dk_b), then two exact multiplies by 2^(kmax - 127)
@@ -88,7 +88,18 @@ OPUS_DEV uint32_t fnuz_bytes(uint32_t codes) {  // four codes, one a byte
   const uint32_t neg = codes & ((m + 0x07070707u) & 0x08080808u);  // bit 3: negative and nonzero
   return __builtin_amdgcn_perm(kMag47, kMag03, m) | neg << 4;
 }
+// The same with every nonzero value divided by 2^d (fp8fold): its exponent field lowered by d
+// (d <= 6 keeps it normal: the smallest, 0.5 = exponent 7, becomes 2^-7; no byte borrows, the
+// nonzero ones being >= 0x38). (Folding the shift into the lookup above, one expression, cost
+// fp8fold up to 16 VGPRs.)
+OPUS_DEV uint32_t fnuz_bytes(uint32_t codes, uint32_t d) {
+  const uint32_t nz = (((codes & 0x07070707u) + 0x07070707u) & 0x08080808u) >> 3;  // 1 in each nonzero byte
+  return fnuz_bytes(codes) - nz * (d << 3);
+}
 OPUS_DEV uint2 fnuz_word(uint32_t w) { return make_uint2(fnuz_bytes(w & 0x0F0F0F0Fu), fnuz_bytes(w >> 4 & 0x0F0F0F0Fu)); }
+OPUS_DEV uint2 fnuz_word(uint32_t w, uint32_t d) {
+  return make_uint2(fnuz_bytes(w & 0x0F0F0F0Fu, d), fnuz_bytes(w >> 4 & 0x0F0F0F0Fu, d));
+}
 
 struct Fp8Mfma {
   static constexpr int kKeys = 16, kCols = 16;
@@ -118,23 +129,9 @@ struct Fp8Mfma {
   }
 };
 
-// The fold rule (fp8fold): block offsets from the vector's largest scale byte at most kFoldSpread,
-// the largest in kFoldLo..kFoldHi, weights below kFoldWeightHi (the same bounds as gfx950's mxsc
-// for the products' and cells' range; docs/numerics.md).
+// The fold rule (fp8fold): block offsets from the vector's largest scale byte at most
+// kFoldSpread, the largest in gfx9::kFullScaleLo..kFullScaleHi, the weights as gfx9's full paths.
 constexpr int kFoldSpread = 6;
-constexpr uint32_t kFoldLo = 96, kFoldHi = 158;
-constexpr float kFoldWeightHi = 1099511627776.0f;  // 2^40
-
-// fnuz_word with every nonzero byte divided by 2^d (exponent field - d; d <= 6 keeps it normal:
-// the smallest nonzero magnitude, 0.5 = exponent 7, becomes 2^-7 at d = 6).
-OPUS_DEV uint32_t fnuz_bytes_shifted(uint32_t codes, uint32_t d) {
-  const uint32_t m = codes & 0x07070707u;
-  const uint32_t nz = ((m + 0x07070707u) & 0x08080808u) >> 3;  // 1 in each nonzero byte
-  return fnuz_bytes(codes) - nz * (d << 3);                    // no borrows: those bytes are >= 0x38
-}
-OPUS_DEV uint2 fnuz_word_shifted(uint32_t w, uint32_t d) {
-  return make_uint2(fnuz_bytes_shifted(w & 0x0F0F0F0Fu, d), fnuz_bytes_shifted(w >> 4 & 0x0F0F0F0Fu, d));
-}
 
 struct Fp8FoldMfma : Fp8Mfma {
   static constexpr bool kFull = true;
@@ -150,16 +147,14 @@ struct Fp8FoldMfma : Fp8Mfma {
   }
   static OPUS_DEV bool full_ok(uint32_t scales) {
     const uint32_t hi = max_byte(scales);
-    bool ok = hi >= kFoldLo && hi <= kFoldHi;
+    bool ok = hi >= gfx9::kFullScaleLo && hi <= gfx9::kFullScaleHi;
 #pragma unroll
     for (int b = 0; b < kScaleBlocks; ++b) ok = ok && hi - (scales >> (8 * b) & 0xFFu) <= uint32_t(kFoldSpread);
     return ok;
   }
-  static OPUS_DEV bool weight_ok(float w) { return w < kFoldWeightHi && -w < kFoldWeightHi; }  // false for NaN
-  static OPUS_DEV float key_factor(uint32_t scales) { return __uint_as_float(max_byte(scales) << 23); }
-  static OPUS_DEV float query_factor(uint32_t scales) { return __uint_as_float(max_byte(scales) << 23); }
+  static OPUS_DEV float scale_factor(uint32_t scales) { return __uint_as_float(max_byte(scales) << 23); }
   static OPUS_DEV uint2 folded(uint32_t word, uint32_t scales, int blk) {
-    return fnuz_word_shifted(word, max_byte(scales) - (scales >> (8 * blk) & 0xFFu));
+    return fnuz_word(word, max_byte(scales) - (scales >> (8 * blk) & 0xFFu));
   }
   // head == nullptr: the zero operand (heads and rows past the group's).
   static OPUS_DEV QueryFull query_full(const uint8_t* head, uint32_t scales, int kgroup) {

@@ -6,7 +6,7 @@
 //   mxsc (FullScaledMfma)  two MFMAs over the whole head_dim with the real E8M0 block scales as
 //                          the scale operands, where the tile's scale bytes and the group's
 //                          weights lie in the range where the hardware's scaling is a plain
-//                          power of two (full_ok, weight_ok); mxf4's steps elsewhere. The
+//                          power of two (full_ok, gfx9::kFullScale*); mxf4's steps elsewhere. The
 //                          hardware sums the four scaled blocks: not the canonical order,
 //                          within the tolerance (docs/numerics.md, "Scaled MFMA tiles").
 //
@@ -63,14 +63,6 @@ struct ScaledMfma {
   }
 };
 
-// Scale bytes the full path takes: 2^-31..2^31, so a scaled product (|E2M1 x E2M1| <= 36) and
-// any 128-term sum of them stay normal and finite, far from where a format's scaling could
-// saturate or flush; 0xFF (NaN) and the extremes take the canonical steps.
-constexpr uint32_t kFullScaleLo = 96, kFullScaleHi = 158;
-// Weights the full path takes: finite and below 2^40 (a cell, 4608 x 2^62 x 2^40 at most,
-// summed over 128 heads stays finite; the canonical steps decide overflow otherwise).
-constexpr float kFullWeightHi = 1099511627776.0f;
-
 struct FullScaledMfma : ScaledMfma {
   static constexpr bool kFull = true;
   static constexpr bool kPostScale = false;  // the MFMA applies the scales itself
@@ -83,13 +75,13 @@ struct FullScaledMfma : ScaledMfma {
 #pragma unroll
     for (int b = 0; b < kScaleBlocks; ++b) {
       const uint32_t e = scales >> (8 * b) & 0xFFu;
-      ok = ok && e >= kFullScaleLo && e <= kFullScaleHi;
+      ok = ok && e >= gfx9::kFullScaleLo && e <= gfx9::kFullScaleHi;
     }
     return ok;
   }
-  static OPUS_DEV bool weight_ok(float w) { return w < kFullWeightHi && -w < kFullWeightHi; }  // false for NaN
-  // Blocks kgroup and 2 + kgroup's scale bytes of a scale word, in bytes 0 and 1.
-  static OPUS_DEV uint32_t key_scales(uint32_t scales, int kgroup) {
+  // Blocks kgroup and 2 + kgroup's scale bytes of a scale word (a key's or a head's), in bytes 0
+  // and 1: a lane's two scale operand bytes.
+  static OPUS_DEV uint32_t lane_scales(uint32_t scales, int kgroup) {
     return (scales >> (8 * kgroup) & 0xFFu) | (scales >> (8 * (2 + kgroup)) & 0xFFu) << 8;
   }
   // head == nullptr: the zero operand with unit scales (heads and rows past the group's).
@@ -97,15 +89,15 @@ struct FullScaledMfma : ScaledMfma {
     QueryFull f;
     f.q[0] = head ? *reinterpret_cast<const uint4*>(head + kgroup * 16) : make_uint4(0u, 0u, 0u, 0u);
     f.q[1] = head ? *reinterpret_cast<const uint4*>(head + (2 + kgroup) * 16) : make_uint4(0u, 0u, 0u, 0u);
-    f.sa = key_scales(scales, kgroup);
+    f.sa = lane_scales(scales, kgroup);
     return f;
   }
   struct KeyFull {
     KeyOp op;     // the raw key operand, as mxf4's
-    uint32_t sb;  // the lane's two block scale bytes (key_scales)
+    uint32_t sb;  // the lane's two block scale bytes (lane_scales)
   };
   static OPUS_DEV KeyFull key_full(const KeyOp& op, const KeyData&, uint32_t scales, int kgroup) {
-    return KeyFull{op, key_scales(scales, kgroup)};
+    return KeyFull{op, lane_scales(scales, kgroup)};
   }
   // The scaled dot over the head_dim: blocks 0-1, then 2-3 accumulated onto them; each lane's
   // scale register holds the bytes of its row's blocks (byte p for the p-th MFMA).
