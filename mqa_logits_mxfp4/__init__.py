@@ -15,6 +15,7 @@ from .dispatch import config_cache as _config_cache
 from .dispatch import select as _select
 from .dispatch import table as _table
 from .dispatch.api import mqa_logits_mxfp4
+from .dispatch.bands import band_rows, mqa_logits_mxfp4_bands
 from .dispatch.config import MqaLogitsConfig
 from .dispatch.config_cache import mqa_logits_mxfp4_config
 from .dispatch.schedule import MqaLogitsSchedule, mqa_logits_mxfp4_schedule
@@ -37,7 +38,8 @@ def explain(device, **bounds) -> str:
 
 
 __all__ = [
-    "mqa_logits_mxfp4", "mqa_logits_mxfp4_config", "mqa_logits_mxfp4_schedule", "MqaLogitsConfig",
+    "mqa_logits_mxfp4", "mqa_logits_mxfp4_config", "mqa_logits_mxfp4_schedule", "mqa_logits_mxfp4_bands",
+    "band_rows", "MqaLogitsConfig",
     "MqaLogitsSchedule", "quantize_mxfp4", "dequantize_mxfp4", "reload", "explain",
     "MqaLogitsError", "InputError", "ScheduleError", "NoBackendError", "PinnedBackendError",
     "UnknownBackendError", "TableError", "CaptureError", "__version__",

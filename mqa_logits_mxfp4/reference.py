@@ -22,7 +22,7 @@ class Reference:
     ref: torch.Tensor  # float64: the formula, evaluated in float64 (NaN/Inf where the formula is)
     bound: torch.Tensor  # float64: A, the formula with |products|, |weights| and no relu
     fp32: torch.Tensor  # float32: the canonical float32 evaluation (docs/numerics.md steps 1-5)
-    window: torch.Tensor  # bool: key n < row_ends[r]
+    window: torch.Tensor  # bool: row_starts[r] <= key n < row_ends[r]
 
 
 def key_slots(block_tables: torch.Tensor, table_rows: torch.Tensor, keys: torch.Tensor,
@@ -65,11 +65,12 @@ def _head_tree_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def mqa_logits_reference(q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
                          *, max_seq_len: int, pages_per_block: int = 1, gather: bool = False,
-                         chunk_bytes: int = _CHUNK_BYTES) -> Reference:
+                         row_starts: torch.Tensor | None = None, chunk_bytes: int = _CHUNK_BYTES) -> Reference:
     """Evaluate the op for rows 0 .. query_start_loc[-1] - 1 and keys 0 .. max_seq_len - 1.
 
-    Shapes and dtypes as in docs/contract.md ("Tensors") (uint8 or float4/e8m0 views; weights bf16/fp32).
-    Results live on q's device. Raises ValueError when a window leaves max_seq_len or the table.
+    Shapes and dtypes as in docs/contract.md ("Tensors") (uint8 or float4/e8m0 views; weights bf16/fp32;
+    row_starts int32 [rows] or None). Results live on q's device. Raises ValueError when a window
+    leaves max_seq_len or the table, or starts outside [0, its row_end].
     """
     q, q_scale, kv_cache, kv_scale = (as_uint8(t) for t in (q, q_scale, kv_cache, kv_scale))
     device = q.device
@@ -88,10 +89,18 @@ def mqa_logits_reference(q, q_scale, kv_cache, kv_scale, weights, block_tables, 
         raise ValueError(f"a window of {max(ends_host)} keys needs {-(-max(ends_host) // span)} table "
                          f"columns; block_tables has {block_tables.shape[1]}")
 
+    starts = (torch.zeros_like(ends) if row_starts is None
+              else row_starts[:live_rows].to(device=device, dtype=torch.int64))
+    bad = ((starts < 0) | (starts > ends)).nonzero()
+    if bad.numel():
+        r = int(bad[0, 0])
+        raise ValueError(f"row_starts must lie in [0, row_ends[r]]; row {r}: start {int(starts[r])}, end {int(ends[r])}")
+    starts_host = starts.tolist()
+
     table_rows = (torch.arange(live_rows, device=device) if gather
                   else row_sequences(query_start_loc.to(device), live_rows))
     keys = torch.arange(max_seq_len, device=device)
-    window = keys.unsqueeze(0) < ends.unsqueeze(1)
+    window = (keys.unsqueeze(0) < ends.unsqueeze(1)) & (keys.unsqueeze(0) >= starts.unsqueeze(1))
     ref = torch.zeros(live_rows, max_seq_len, dtype=torch.float64, device=device)
     bound = torch.zeros_like(ref)
     fp32 = torch.zeros(live_rows, max_seq_len, dtype=torch.float32, device=device)
@@ -106,14 +115,15 @@ def mqa_logits_reference(q, q_scale, kv_cache, kv_scale, weights, block_tables, 
     for r0 in range(0, live_rows, row_chunk):
         r1 = min(live_rows, r0 + row_chunk)
         extent = max(ends_host[r0:r1])
-        if extent <= 0:
+        first = min(starts_host[r0:r1]) // key_chunk * key_chunk  # no key before it is in a window
+        if extent <= first:
             continue
         qv = e2m1_decode(unpack_e2m1(q[r0:r1])).double().unflatten(-1, (nblk, BLOCK)).transpose(1, 2)
         qv_abs = qv.abs()
         sq = e8m0_to_float(q_scale[r0:r1], torch.float64).transpose(1, 2).unsqueeze(-1)  # [R, B, H, 1]
         w64 = w64_all[r0:r1].unsqueeze(-1)
         w32 = weights[r0:r1].to(device=device, dtype=torch.float32).unsqueeze(-1)
-        for n0 in range(0, extent, key_chunk):
+        for n0 in range(first, extent, key_chunk):
             n1 = min(extent, n0 + key_chunk)
             win = window[r0:r1, n0:n1]
             n = torch.where(win, keys[n0:n1].unsqueeze(0), 0)  # keys outside windows read key 0
@@ -156,37 +166,62 @@ def _cells(mask: torch.Tensor, limit: int = 4) -> list[tuple[int, int]]:
     return [tuple(rc) for rc in mask.nonzero()[:limit].tolist()]
 
 
+def _float32_toward(x: torch.Tensor, down: bool) -> torch.Tensor:
+    """The float32 next to float64 x on one side: the largest <= x (down) or smallest >= x."""
+    f = x.float()
+    past = f.double() > x if down else f.double() < x
+    return torch.where(past, torch.nextafter(f, torch.full_like(f, -torch.inf if down else torch.inf)), f)
+
+
 def compare_to_reference(out: torch.Tensor, reference: Reference, *, rtol: float = 1e-5,
                          atol: float = 1e-30) -> list[str]:
-    """Check out (float32 [>= live_rows, >= max_seq_len], any row stride) on window cells.
+    """Check out (float32, bfloat16 or float16 [>= live_rows, >= max_seq_len], any row stride) on
+    window cells.
 
+    float32: |out - ref| <= rtol * A + atol on finite cells, the NaN and +-Inf sets of the float32
+    evaluation. A narrow out holds a float32 result rounded once to nearest-even, so each cell must
+    be the rounding of some float32 within that tolerance: between the roundings of the float32
+    values just outside ref -+ tolerance (+-Inf included where those round past the narrow
+    range); its NaN set and the float32 evaluation's +-Inf cells are the float32 evaluation's.
     Returns one readable line per failed rule; an empty list means the output passes.
     """
     rows, keys = reference.ref.shape
     if out.dim() != 2 or out.shape[0] < rows or out.shape[1] < keys:
         return [f"out must be 2-D with at least [{rows}, {keys}]; got {list(out.shape)}"]
     o = out[:rows, :keys].to(reference.ref.device)
+    narrow = o.dtype != torch.float32
     win, f32 = reference.window, reference.fp32
     problems = []
     classes = (("NaN", torch.isnan), ("+Inf", lambda x: x == torch.inf), ("-Inf", lambda x: x == -torch.inf))
     for name, is_class in classes:
-        differ = (is_class(o) ^ is_class(f32)) & win
+        # a narrow cell may round to +-Inf from a finite float32: only the float32 Inf cells must stay Inf
+        differ = ((is_class(o) & ~torch.isfinite(f32) if narrow and name != "NaN" else is_class(o))
+                  ^ is_class(f32)) & win
         count = int(differ.sum())
         if count:
             where = _cells(differ)
             pairs = ", ".join(f"({r}, {n}): out {o[r, n].item()!r} fp32 {f32[r, n].item()!r}" for r, n in where)
             problems.append(f"{name} cells differ from the float32 evaluation in {count} window cells; "
                             f"first (row, key): {pairs}")
-    finite = win & torch.isfinite(o) & torch.isfinite(f32)
-    err = (o.double() - reference.ref).abs()
     tol = rtol * reference.bound + atol
-    bad = finite & ~(err <= tol)  # a NaN error (ref not finite) counts as bad
+    if narrow:
+        finite = win & torch.isfinite(f32) & ~torch.isnan(o)
+        lo = _float32_toward(reference.ref - tol, down=True).to(o.dtype).double()
+        hi = _float32_toward(reference.ref + tol, down=False).to(o.dtype).double()
+        od = o.double()
+        bad = finite & ~((lo <= od) & (od <= hi))
+        rule = f"out = the {o.dtype} rounding of a float32 within {rtol:g} * A + {atol:g} of ref"
+    else:
+        finite = win & torch.isfinite(o) & torch.isfinite(f32)
+        bad = finite & ~((o.double() - reference.ref).abs() <= tol)  # a NaN error (ref not finite) counts as bad
+        rule = f"|out - ref| <= {rtol:g} * A + {atol:g}"
     count = int(bad.sum())
     if count:
+        err = (o.double() - reference.ref).abs()
         excess = torch.where(bad, (err - tol).nan_to_num(nan=torch.inf), -torch.inf)
         r, n = divmod(int(excess.argmax()), keys)
         problems.append(
-            f"{count} of {int(finite.sum())} finite window cells break |out - ref| <= {rtol:g} * A + {atol:g}; "
+            f"{count} of {int(finite.sum())} finite window cells break {rule}; "
             f"worst (row {r}, key {n}): out {o[r, n].item()!r} ref {reference.ref[r, n].item()!r} "
             f"A {reference.bound[r, n].item()!r} |out - ref| {err[r, n].item()!r}")
     return problems

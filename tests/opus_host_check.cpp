@@ -215,7 +215,11 @@ static int cmd_worksplit() {
     for (int i = 0; i < num_rows; ++i) in >> ends[i];
     int cap;
     if (!(in >> cap)) cap = 0x7FFFFFFF;  // optional: unclamped when the line ends here
-    const SeqView sv{qsl.data(), ends.data(), num_seqs, num_rows, cap};
+    int has_starts = 0;                  // optional: then num_rows row_starts
+    std::vector<int32_t> starts(num_rows > 0 ? num_rows : 1, 0);
+    if (in >> has_starts && has_starts)
+      for (int i = 0; i < num_rows; ++i) in >> starts[i];
+    const SeqView sv{qsl.data(), ends.data(), num_seqs, num_rows, cap, has_starts ? starts.data() : nullptr};
     std::printf("{\"ranges\": [");
     for (int p = 0; p < nprog; ++p) {
       const CtaRange cr = cta_range_serial(sv, R, p, nprog);
@@ -322,7 +326,15 @@ static int cmd_checks() {
   add("out_short", [](CallDesc& c) { c.out.sizes[0] = 2; });
   add("out_narrow", [](CallDesc& c) { c.out.sizes[1] = 999; c.out.strides[0] = 999; });
   add("out_overlap", [](CallDesc& c) { c.out.strides[0] = 500; });
-  add("out_dtype", [](CallDesc& c) { c.out.dtype = kBF16; });
+  add("out_dtype", [](CallDesc& c) { c.out.dtype = kI32; });
+  add("valid_bf16", [](CallDesc& c) { c.out.dtype = kBF16; });
+  add("valid_f16_starts", [](CallDesc& c) {
+    c.out.dtype = kF16;
+    c.row_starts = desc(c.row_ends.ptr, kI32, {3});
+  });
+  add("row_starts_dtype", [](CallDesc& c) { c.row_starts = desc(c.row_ends.ptr, kI64, {3}); });
+  add("row_starts_rows", [](CallDesc& c) { c.row_starts = desc(c.row_ends.ptr, kI32, {2}); });
+  add("row_starts_device", [](CallDesc& c) { c.row_starts = desc(c.row_ends.ptr, kI32, {3}, 1); });
   add("flat_offsets_short", [](CallDesc& c) {
     c.out = desc(c.out.ptr, kF32, {5000});
     c.out_offsets = desc(c.out.ptr, kI64, {2});
@@ -346,9 +358,9 @@ static int cmd_checks() {
     std::printf("%s\t%s\n", name.c_str(), err.c_str());
     if (name.rfind("valid", 0) == 0) {  // what a valid call hands the kernel
       std::printf("%s_args\tkey_cap=%d out_cols=%d bt_cols=%d num_rows=%d num_seqs=%d page_shift=%d "
-                  "stride_out=%lld weights_bf16=%d\n",
+                  "stride_out=%lld weights_bf16=%d out_kind=%d row_starts=%d\n",
                   name.c_str(), a.key_cap, a.out_cols, a.bt_cols, a.num_rows, a.num_seqs, a.page_shift,
-                  (long long)a.stride_out, a.weights_bf16);
+                  (long long)a.stride_out, a.weights_bf16, a.out_kind, a.row_starts != nullptr ? 1 : 0);
     }
   }
   return 0;

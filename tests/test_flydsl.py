@@ -2,11 +2,15 @@
 
 - available() names what is missing here, and pinning the backend raises with that reason;
 - worksplit.cta_range (the Python statement of the unit numbering the FlyDSL kernels transcribe)
-  matches the records of the shared Triton schedule kernel, and every mode covers every key of
-  every live row exactly once;
+  matches the records of the shared Triton schedule kernel, with and without row_starts, and
+  every mode covers every key of every live row's window exactly once;
+- a model of score_group's lanes (its tile range, key clamps and store mask, on Python ints)
+  visits worksplit.piece_tiles, stores only inside each row's window and loads keys only from
+  the 4-key groups between the group start and the group end, for broken row tensors too;
 - every FlyDSL kernel x mode of spec.check_matrix() compiles for gfx950 (tests/flydsl_compile_check.py,
   two subprocesses), with no `error:` on stderr, the gfx950 target, one scaled MFMA per
-  (scale block, row, 16-head tile), no spills and no scratch.
+  (scale block, row, 16-head tile), no spills and no scratch, the out stored in its dtype's
+  width after one rounding conversion, and row_starts read exactly by the kernels given it.
 """
 
 from __future__ import annotations
@@ -149,7 +153,8 @@ def test_default_rule():
 
 
 def test_launch_arguments_match_the_kernel_signature():
-    """The host side's argument list against the launcher's parameters (order, count, 16-byte rule)."""
+    """The host side's argument list against the launcher's parameters (order, count, 16-byte rule,
+    row_starts' pointer, the kernel the out dtype and row_starts select)."""
     cfg = SimpleNamespace(instance="fly_h64_r2w4", heads=64, page_size=64, pages_per_block=1, gather=False,
                           max_seqs=5, max_seq_len=90, table_grid=7, prefill_grid=(3, 2))
     q = torch.zeros(4, 64, 64, dtype=torch.uint8)
@@ -159,20 +164,31 @@ def test_launch_arguments_match_the_kernel_signature():
              row_ends=torch.ones(4, dtype=torch.int32), out=torch.zeros(4, 100), out_offsets=None, records=None)
     args = BACKEND.launch_args(cfg, "prefill", **t)
     # num_seqs, lanes, rows, key cap (max_seq_len), pages, flat out size, strides (w, bt, out), grid
-    assert args[11:] == [2, 8, 4, 90, 3, 0, 64, 9, 100, 3, 2]
+    assert args[12:] == [2, 8, 4, 90, 3, 0, 64, 9, 100, 3, 2]
+    assert args[11] == t["row_ends"].data_ptr()   # no row_starts: a pointer the kernel never reads
     assert BACKEND.launch_args(cfg, "free", **t)[-2:] == [7, 1]
     flat = BACKEND.launch_args(cfg, "free", **{**t, "out": torch.zeros(500), "out_offsets": torch.zeros(4, dtype=torch.int64)})
-    assert (flat[14], flat[16], flat[19]) == (90, 500, 0)   # a flat out: its size, no row stride
-    names = ["q", "qs", "kv", "ks", "w", "bt", "qsl", "re", "out", "oo", "sched", "num_seqs", "lanes",
+    assert (flat[15], flat[17], flat[20]) == (90, 500, 0)   # a flat out: its size, no row stride
+    starts = torch.tensor([0, 1, 0, 3], dtype=torch.int32)
+    assert BACKEND.launch_args(cfg, "free", **t, row_starts=starts)[11] == starts.data_ptr()
+    names = ["q", "qs", "kv", "ks", "w", "bt", "qsl", "re", "out", "oo", "sched", "rs", "num_seqs", "lanes",
              "num_rows", "seq_cap", "num_pages", "out_numel", "stride_w", "stride_bt", "stride_out",
              "grid_x", "grid_y"]
     assert len(args) == len(names)
+    spec = BACKEND.kernel_spec(cfg, "prefill", t["weights"], t["out"], None)
+    assert (spec.out_dtype, spec.has_starts, spec.flat_out, spec.w_bf16) == ("f32", False, False, True)
+    for dtype, token in ((torch.bfloat16, "bf16"), (torch.float16, "f16")):
+        narrow = BACKEND.kernel_spec(cfg, "free", t["weights"].float(), t["out"].to(dtype), torch.zeros(4), starts)
+        assert (narrow.out_dtype, narrow.has_starts, narrow.flat_out, narrow.w_bf16) == (token, True, True, False)
+        assert narrow.name.endswith(f"_f32_out{token}_starts")
     if HAVE_FLYDSL:
         import inspect
 
-        from mqa_logits_mxfp4.backends.flydsl.kernels import build
-        launcher = build(BACKEND.kernel_spec(cfg, "prefill", t["weights"], False))
+        from mqa_logits_mxfp4.backends.flydsl.kernels import OUT_TYPES, build
+        from mqa_logits_mxfp4.core.outputs import OUT_CODES
+        launcher = build(spec)
         assert list(inspect.signature(launcher.func).parameters) == names + ["stream"]
+        assert set(OUT_TYPES) == set(OUT_CODES)   # a store type for each out dtype the op takes
     with pytest.raises(mx.MqaLogitsError, match="q in 16-byte vectors, so its data must be 16-byte aligned"):
         BACKEND.launch_args(cfg, "free", **{**t, "q": q.view(-1)[8:8 + 64 * 64 * 3].view(3, 64, 64)})
 
@@ -200,73 +216,205 @@ def lanes_for(qsl):
     return 1 << max(0, len(qsl) - 2).bit_length()   # next power of two >= num_seqs, as SEQ_P2
 
 
+def valid_starts(qsl, ends, rng):
+    """row_starts as the contract has them (in [0, row_end], non-decreasing along a sequence):
+    a sliding window of a random width a sequence, width 0 (empty windows) included."""
+    starts = []
+    for b in range(len(qsl) - 1):
+        width = rng.choice([0, 1, 5, 63, 64, 100, 2**30])
+        starts += [max(0, ends[r] - width) for r in range(qsl[b], qsl[b + 1])]
+    return starts
+
+
+def broken_starts(ends, rng):
+    """row_starts that break the contract: negative, past the row's end, decreasing, int32 limits."""
+    return [rng.choice([-2**31, -5, 0, 1, 63, 64, 65, 500, 2**31 - 1, e + 1, e, rng.randint(-100, 1200)])
+            for e in ends]
+
+
+def all_pieces(qsl, ends, starts, rows, block_n, nprog, parts, cap=worksplit.NO_CAP):
+    """{mode: the pieces every program of one launch scores} (Table and Free share theirs)."""
+    lanes = lanes_for(qsl)
+    free = [p for rec in worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes, cap, starts)
+            for p in worksplit.free_work(qsl, ends, *rec[:4], rows, block_n, cap, starts)]
+    groups = max(1, -(-len(ends) // rows))
+    prefill = [p for g in range(groups) for part in range(parts)
+               for p in worksplit.prefill_work(qsl, ends, g, part, rows, block_n, parts, cap, starts)]
+    return {"free/table": free, "prefill": prefill}
+
+
+def triton_records(qsl, ends, starts, nprog, rows, block_n, cap=worksplit.NO_CAP):
+    """The shared Triton schedule kernel's records (u_begin, u_end, b, base) under the interpreter."""
+    from mqa_logits_mxfp4.worksplit.kernel import build_schedule_kernel
+    records = torch.full((nprog, 8), -1, dtype=torch.int32)
+    row_ends = torch.tensor(ends or [0], dtype=torch.int32)
+    row_starts = row_ends if starts is None else torch.tensor(starts or [0], dtype=torch.int32)
+    build_schedule_kernel[(nprog,)](torch.tensor(qsl, dtype=torch.int32), row_ends, row_starts, records,
+                                    len(qsl) - 1, len(ends), cap, R=rows, BLOCK_N=block_n, SEQ_P2=lanes_for(qsl),
+                                    HAS_STARTS=starts is not None)
+    return [r[:4] for r in records.tolist()]
+
+
 @pytest.mark.skipif(not INTERPRETING, reason="the Triton schedule kernel runs on the CPU under TRITON_INTERPRET=1")
 @pytest.mark.parametrize("rows, block_n", [(1, 64), (2, 64), (4, 32)])
 def test_cta_range_matches_the_triton_schedule_records(rows, block_n):
-    from mqa_logits_mxfp4.worksplit.kernel import build_schedule_kernel
+    rng = random.Random(rows * 1000 + block_n)
     for qsl, ends in ragged_cases():
-        lanes = lanes_for(qsl)
-        for nprog in (1, 3, 8):
-            records = torch.full((nprog, 8), -1, dtype=torch.int32)
-            build_schedule_kernel[(nprog,)](torch.tensor(qsl, dtype=torch.int32),
-                                            torch.tensor(ends or [0], dtype=torch.int32), records, len(qsl) - 1,
-                                            len(ends), 2**31 - 1, R=rows, BLOCK_N=block_n, SEQ_P2=lanes)
-            want = worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes)
-            assert [r[:4] for r in records.tolist()] == [r[:4] for r in want], (qsl, ends, nprog)
+        for starts in (None, valid_starts(qsl, ends, rng), broken_starts(ends, rng)):
+            for nprog in (1, 3, 8):
+                want = worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes_for(qsl), row_starts=starts)
+                assert triton_records(qsl, ends, starts, nprog, rows, block_n) == [r[:4] for r in want], \
+                    (qsl, ends, starts, nprog)
 
 
 @pytest.mark.skipif(not INTERPRETING, reason="the Triton schedule kernel runs on the CPU under TRITON_INTERPRET=1")
 @pytest.mark.parametrize("rows, block_n", [(1, 64), (2, 64), (4, 32)])
 def test_broken_row_tensors_keep_the_split_inside_rows_and_cap(rows, block_n):
     """Row tensors that break the contract: the records kernel reads them through the same guards
-    as worksplit/rules.py, and no piece of any mode names a row past the rows or a key past the cap."""
-    from mqa_logits_mxfp4.worksplit.kernel import build_schedule_kernel
+    as worksplit/rules.py, and no piece of any mode names a row past the rows or a key past the cap
+    (row_starts absent, or broken too)."""
+    rng = random.Random(rows * 1000 + block_n)
     for qsl, ends, cap in BROKEN_ROW_TENSORS:
-        lanes = lanes_for(qsl)
-        for nprog in (1, 3, 8):
-            records = torch.full((nprog, 8), -1, dtype=torch.int32)
-            build_schedule_kernel[(nprog,)](torch.tensor(qsl, dtype=torch.int32), torch.tensor(ends, dtype=torch.int32),
-                                            records, len(qsl) - 1, len(ends), cap, R=rows, BLOCK_N=block_n, SEQ_P2=lanes)
-            want = worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes, cap)
-            assert [r[:4] for r in records.tolist()] == [r[:4] for r in want], (qsl, ends, nprog)
-            pieces = [p for rec in want for p in worksplit.free_work(qsl, ends, *rec[:4], rows, block_n, cap)]
-            groups = max(1, -(-len(ends) // rows))
-            pieces += [p for g in range(groups) for part in range(3)
-                       for p in worksplit.prefill_work(qsl, ends, g, part, rows, block_n, 3, cap)]
-            for piece in pieces:
-                _, r0, r1, t0, _ = piece
-                assert 0 <= r0 and r1 <= len(ends) and t0 >= 0, (qsl, ends, piece)
-                tiles = worksplit.piece_tiles(ends, piece, block_n, cap)
-                assert not tiles or (tiles.start >= 0 and tiles.stop * block_n < cap + block_n), (qsl, ends, piece)
+        for starts in (None, broken_starts(ends, rng)):
+            for nprog in (1, 3, 8):
+                want = worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes_for(qsl), cap, starts)
+                assert triton_records(qsl, ends, starts, nprog, rows, block_n, cap) == [r[:4] for r in want], \
+                    (qsl, ends, starts, nprog)
+                for piece in [p for ps in all_pieces(qsl, ends, starts, rows, block_n, nprog, 3, cap).values()
+                              for p in ps]:
+                    _, r0, r1, t0, _ = piece
+                    assert 0 <= r0 and r1 <= len(ends) and t0 >= 0, (qsl, ends, starts, piece)
+                    tiles = worksplit.piece_tiles(ends, piece, block_n, cap, starts)
+                    assert not tiles or (tiles.start >= 0 and tiles.stop * block_n < cap + block_n), \
+                        (qsl, ends, starts, piece)
 
 
-def covered(qsl, ends, pieces, block_n):
+def covered(qsl, ends, pieces, block_n, starts=None):
     """(row, key) -> times stored, from the pieces the programs of one launch score."""
     seen = {}
     for piece in pieces:
         b, r0, r1, _, _ = piece
         assert qsl[b] <= r0 <= r1 <= qsl[b + 1], piece   # Prefill may visit an empty sequence
-        for t in worksplit.piece_tiles(ends, piece, block_n):
+        for t in worksplit.piece_tiles(ends, piece, block_n, row_starts=starts):
             for r in range(r0, r1):
-                for n in range(t * block_n, min((t + 1) * block_n, ends[r])):
+                lo, hi = worksplit.row_window(ends, starts, r)
+                for n in range(max(t * block_n, lo), min((t + 1) * block_n, hi)):
                     seen[r, n] = seen.get((r, n), 0) + 1
     return seen
 
 
 @pytest.mark.parametrize("rows, block_n", [(1, 64), (2, 64), (4, 16)])
 def test_every_mode_stores_every_key_of_every_live_row_once(rows, block_n):
+    """Every key of every live row's window [row_starts[r], row_ends[r]) is stored exactly once."""
+    rng = random.Random(rows * 1000 + block_n)
     for qsl, ends in ragged_cases(seed=11):
-        want = {(r, n): 1 for r in range(qsl[-1]) for n in range(ends[r])}
-        lanes = lanes_for(qsl)
-        for nprog in (1, 2, 5, 13):
-            pieces = [p for rec in worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes)
-                      for p in worksplit.free_work(qsl, ends, *rec[:4], rows, block_n)]
-            assert covered(qsl, ends, pieces, block_n) == want, ("free/table", qsl, ends, nprog)
-        groups = max(1, -(-len(ends) // rows))
-        for parts in (1, 2, 3):
-            pieces = [p for g in range(groups) for part in range(parts)
-                      for p in worksplit.prefill_work(qsl, ends, g, part, rows, block_n, parts)]
-            assert covered(qsl, ends, pieces, block_n) == want, ("prefill", qsl, ends, parts)
+        for starts in (None, valid_starts(qsl, ends, rng), valid_starts(qsl, ends, rng)):
+            want = {(r, n): 1 for r in range(qsl[-1]) for n in range(*worksplit.row_window(ends, starts, r))}
+            for nprog, parts in ((1, 1), (2, 2), (5, 3), (13, 3)):
+                for mode, pieces in all_pieces(qsl, ends, starts, rows, block_n, nprog, parts).items():
+                    assert covered(qsl, ends, pieces, block_n, starts) == want, (mode, qsl, ends, starts, nprog)
+
+
+def test_row_starts_shrink_the_work_and_leave_the_no_starts_split_as_it_was():
+    """Starts past the first tiles drop those tiles from the units and the pieces; all-zero starts
+    give the same records and pieces as no row_starts."""
+    qsl, ends = [0, 2, 3], [300, 301, 64]
+    full = worksplit.seq_units(qsl, ends, 0, 2, 64)
+    assert full == (0, 2, 301, 0, 5, 5) and worksplit.seq_units(qsl, ends, 0, 2, 64, row_starts=[0, 0, 0]) == full
+    assert worksplit.seq_units(qsl, ends, 0, 2, 64, row_starts=[130, 131, 0]) == (0, 2, 301, 2, 3, 3)
+    assert worksplit.seq_units(qsl, ends, 1, 2, 64, row_starts=[0, 0, 64]) == (2, 3, 64, 1, 1, 0)  # empty window
+    for qsl, ends in ragged_cases(seed=3):
+        zeros = [0] * len(ends)
+        assert all_pieces(qsl, ends, zeros, 2, 64, 5, 3) == all_pieces(qsl, ends, None, 2, 64, 5, 3)
+
+
+# ---------------------------------------------------------------------------------------------
+# score_group's lanes on Python ints: a model of kernels.py's lines (same names), checked against
+# worksplit/rules.py (the kernels cannot run here, so this is the check of their new lines)
+
+
+def score_group_model(ends, starts, piece, rows, block_n, cap, offsets=None, out_numel=0):
+    """(tiles visited, (row, key) cells stored, keys loaded) of kernels.py's score_group for one
+    piece: its group start/end, tile range, key clamps, per-lane window and store mask."""
+    _, r0, r1, t0, t1 = piece
+    gend = max(worksplit.row_end(ends, min(r0 + r, r1 - 1), cap) for r in range(rows))
+    lanes = []   # lane c of a 16-lane row stores row r0 + c: (my_row, my_start, my_end)
+    for c in range(16):
+        my_row = min(r0 + c, r1 - 1)
+        my_end = worksplit.row_end(ends, my_row, cap)
+        lanes.append((my_row, worksplit.row_start(starts, my_row, my_end), my_end))
+    gbeg = min(my_start for _, my_start, _ in lanes)   # _row_min, before the store cuts
+    for c, (my_row, my_start, my_end) in enumerate(lanes):
+        my_end = my_end if c < rows and r0 + c < r1 else 0
+        if offsets is not None:   # a flat out: the row ends at the out's end, a negative offset stores nothing
+            my_end = min(my_end, max(out_numel - offsets[my_row], 0)) if offsets[my_row] >= 0 else 0
+        lanes[c] = (my_row, min(my_start, my_end), my_end)
+    kmax = max(gend - 1, 0)
+    kmin, t = 0, t0
+    if starts is not None:
+        kmin, t = min(gbeg, kmax), max(t0, gbeg // block_n)
+    t_stop = min(t1, -(-gend // block_n))
+    tiles, stored, loaded = [], [], set()
+    while t < t_stop:
+        tiles.append(t)
+        for wave in range(block_n // 16):
+            key0 = t * block_n + wave * 16
+            for g in range(4):
+                kq = min(max(key0 + 4 * g, (kmin // 4) * 4), (kmax // 4) * 4)
+                loaded.update(range(kq, kq + 4))
+                for c in range(16):
+                    loaded.add(min(max(key0 + c, kmin), kmax))
+                    my_row, my_start, my_end = lanes[c]
+                    stored += [(my_row, k) for k in range(key0 + 4 * g, key0 + 4 * g + 4) if my_start <= k < my_end]
+        t += 1
+    # the loads stay in the 4-key groups (one page each) from the group start's to the group end's
+    return tiles, stored, loaded, (kmin // 4) * 4, (kmax // 4) * 4 + 3
+
+
+def check_score_group_model(qsl, ends, starts, rows, block_n, cap, nprog, parts, offsets=None, out_numel=0):
+    """Per mode: the model visits piece_tiles, stores only inside each row's window (and flat
+    out) and loads keys only from the group start's 4-key group to the group end's. Returns
+    {mode: sorted list of the cells stored}."""
+    result = {}
+    for mode, pieces in all_pieces(qsl, ends, starts, rows, block_n, nprog, parts, cap).items():
+        cells = []
+        for piece in pieces:
+            if piece[2] <= piece[1]:
+                continue   # the kernels skip a piece without rows (Prefill's empty sequences)
+            tiles, stored, loaded, lo, hi = score_group_model(ends, starts, piece, rows, block_n, cap, offsets, out_numel)
+            assert tiles == list(worksplit.piece_tiles(ends, piece, block_n, cap, starts)), (mode, piece, starts)
+            assert not loaded or lo <= min(loaded) and max(loaded) <= hi, (mode, piece, starts)
+            cells += stored
+        for r, n in cells:
+            lo, hi = worksplit.row_window(ends, starts, r, cap)
+            room = max(out_numel - offsets[r], 0) if offsets is not None and offsets[r] >= 0 else 0
+            assert lo <= n < hi and (offsets is None or n < room), (mode, r, n, starts)
+        result[mode] = sorted(cells)
+    return result
+
+
+@pytest.mark.parametrize("rows, block_n", [(1, 64), (2, 64), (4, 16)])
+def test_score_group_model_stores_each_window_once(rows, block_n):
+    rng = random.Random(rows * 1000 + block_n + 1)
+    for qsl, ends in ragged_cases(seed=5, count=3):
+        for starts in (None, valid_starts(qsl, ends, rng)):
+            want = [(r, n) for r in range(qsl[-1]) for n in range(*worksplit.row_window(ends, starts, r))]
+            for nprog, parts in ((1, 1), (3, 2), (7, 3)):
+                got = check_score_group_model(qsl, ends, starts, rows, block_n, worksplit.NO_CAP, nprog, parts)
+                assert got == {"free/table": want, "prefill": want}, (qsl, ends, starts, nprog)   # each once
+
+
+@pytest.mark.parametrize("rows, block_n", [(1, 64), (2, 64), (4, 16)])
+def test_score_group_model_on_broken_row_tensors(rows, block_n):
+    """Broken row tensors and starts (and a flat out with short or negative offsets): every cell
+    stored lies in its row's window and out (overlapping sequences may store one twice); no key
+    is loaded outside the group's keys."""
+    rng = random.Random(rows * 1000 + block_n + 2)
+    for qsl, ends, cap in BROKEN_ROW_TENSORS:
+        for starts in (None, broken_starts(ends, rng), valid_starts([0, len(ends)], ends, rng)):
+            check_score_group_model(qsl, ends, starts, rows, block_n, cap, 3, 3)
+            offsets = [rng.choice([-1, 0, 10, 60, 200]) for _ in ends]
+            check_score_group_model(qsl, ends, starts, rows, block_n, cap, 3, 3, offsets, rng.choice([0, 64, 150]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,6 +456,20 @@ def test_compile_check_covers_every_instance_and_mode():
         (i.heads[0], i.rows, m) for i in INSTANCES for m in MODES}
 
 
+def test_check_matrix_covers_narrow_outs_and_row_starts():
+    """Per family and layout option (page size x pages per entry, gather, flat out, weights): a
+    bf16 out, an f16 out and row_starts; row_starts also in every mode at the DeepSeek-V4 layout."""
+    def layout(s):
+        return (s.family, s.page_size, s.pages_per_block, s.gather, s.flat_out, s.w_bf16)
+    options = {layout(s) for s in MATRIX}
+    for option in options:
+        specs = [s for s in MATRIX if layout(s) == option]
+        assert {"f32", "bf16", "f16"} <= {s.out_dtype for s in specs} and any(s.has_starts for s in specs), option
+    for family in ("scaled", "mxsc"):
+        assert {s.mode for s in MATRIX if s.family == family and s.has_starts and s.page_size == 64} == set(MODES)
+    assert len({s.name for s in MATRIX}) == len(MATRIX)
+
+
 @needs_flydsl
 @pytest.mark.parametrize("spec", MATRIX, ids=[s.name for s in MATRIX])
 def test_kernel_compiles_for_gfx950(spec):
@@ -330,6 +492,13 @@ def test_kernel_compiles_for_gfx950(spec):
         assert f["group_segment_fixed_size"] == spec.rows * spec.heads * 88 + 4 * tiles
     assert (f["vgpr_spill_count"], f["sgpr_spill_count"], f["private_segment_fixed_size"]) == (0, 0, 0)
     assert f["vgpr_count"] <= 256, "more than half the register file: one wave per SIMD"
+    # the out: a lane's 4 keys, one predicated store each, in the out dtype's width, after one
+    # f32 -> out conversion (v_cvt_pk_bf16_f32 / v_cvt_f16_f32: round to nearest even) a key
+    width = {"f32": "dword", "bf16": "short", "f16": "short"}[spec.out_dtype]
+    assert f["global_stores"] == {width: 4}
+    assert (f["cvt_bf16"], f["cvt_f16"]) == {"f32": (0, 0), "bf16": (4, 0), "f16": (0, 4)}[spec.out_dtype]
+    # row_starts is the kernel's last argument, read by exactly the kernels specialized on it
+    assert (f["kernarg_offsets"][-1] in f["kernarg_loads"]) == spec.has_starts
 
 
 @needs_flydsl

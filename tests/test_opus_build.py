@@ -28,6 +28,7 @@ import mqa_logits_mxfp4 as mx
 from mqa_logits_mxfp4.backends.opus import instances as opus_instances
 from mqa_logits_mxfp4.backends.opus import jit
 from mqa_logits_mxfp4.backends.opus.backend import BACKEND
+from mqa_logits_mxfp4.core.outputs import OUT_CODES
 from mqa_logits_mxfp4.core.problem import ProblemKey
 from mqa_logits_mxfp4.dispatch import registry
 from mqa_logits_mxfp4.worksplit import rules as worksplit
@@ -178,9 +179,10 @@ def test_launch_passes_the_bindings_signature_and_wraps_its_checks(monkeypatch):
     t = torch.zeros(1)
     with pytest.raises(mx.MqaLogitsError, match="q must be uint8; got int32"):
         BACKEND.launch(cfg, "prefill", *([t] * 9), None, None)
-    assert len(calls[0]) == len(params) == 22
-    assert params[:2] == ["instance_id", "mode"] and params[-4:] == ["grid_x", "parts", "stream", "path_stats"]
-    assert calls[0][0] == 0 and calls[0][1] == 2 and calls[0][-4:] == (3, 2, 1234, None)
+    assert len(calls[0]) == len(params) == 23
+    assert params[:2] == ["instance_id", "mode"] and params[-5:] == ["grid_x", "parts", "stream", "path_stats",
+                                                                     "row_starts"]
+    assert calls[0][0] == 0 and calls[0][1] == 2 and calls[0][-5:] == (3, 2, 1234, None, None)
     assert BACKEND.instances() == INSTANCES   # the C++ registry's entries equal the mirror
 
 
@@ -285,23 +287,36 @@ def test_work_split_matches_the_python_statement(rows):
     row tensors (no cap) and on ones that break the contract (with the kernels' key cap)."""
     jobs = []
     cases = [(qsl, ends, worksplit.NO_CAP) for qsl, ends in ragged_cases(seed=rows)] + BROKEN_ROW_TENSORS
+    rng = random.Random(rows)
     for qsl, ends, cap in cases:
-        for nprog, parts in ((1, 1), (3, 2), (8, 3), (29, 5)):
-            jobs.append((qsl, ends, cap, nprog, parts))
+        # windows from key 0, and with row_starts: non-decreasing along each sequence (the
+        # contract), and random ones that break it (negative, past the end)
+        starts_ok = [min(e, rng.choice([0, 1, 63, 64, 65, 200, 4000])) for e in ends]
+        for b in range(len(qsl) - 1):
+            for r in range(max(qsl[b], 0) + 1, min(qsl[b + 1], len(ends))):
+                starts_ok[r] = min(max(starts_ok[r], starts_ok[r - 1]), ends[r])
+        starts_bad = [rng.choice([-5, 0, 64, 130, 7000]) for _ in ends]
+        for starts in (None, starts_ok, starts_bad):
+            for nprog, parts in ((1, 1), (3, 2), (8, 3), (29, 5)):
+                jobs.append((qsl, ends, cap, nprog, parts, starts))
     stdin = "".join(f"{rows} {nprog} {parts} {len(qsl) - 1} {len(ends)} {' '.join(map(str, qsl))} "
-                    f"{' '.join(map(str, ends))} {cap}\n" for qsl, ends, cap, nprog, parts in jobs)
+                    f"{' '.join(map(str, ends))} {cap}"
+                    + ("" if starts is None else f" 1 {' '.join(map(str, starts))}") + "\n"
+                    for qsl, ends, cap, nprog, parts, starts in jobs)
     out = [json.loads(line) for line in run_host("worksplit", stdin=stdin).splitlines()]
     assert len(out) == len(jobs)
-    for (qsl, ends, cap, nprog, parts), got in zip(jobs, out):
+    for (qsl, ends, cap, nprog, parts, starts), got in zip(jobs, out):
         lanes = len(qsl) - 1   # no padding lanes: those only count into b when there is no work
-        want_ranges = [list(worksplit.cta_range(qsl, ends, p, nprog, rows, 64, lanes, cap)) for p in range(nprog)]
-        assert got["ranges"] == want_ranges, (qsl, ends, nprog)
-        want_free = [[list(pc) for pc in worksplit.free_work(qsl, ends, *r, rows, 64, cap)] for r in want_ranges]
-        assert got["free"] == want_free, (qsl, ends, nprog)
+        want_ranges = [list(worksplit.cta_range(qsl, ends, p, nprog, rows, 64, lanes, cap, starts))
+                       for p in range(nprog)]
+        assert got["ranges"] == want_ranges, (qsl, ends, starts, nprog)
+        want_free = [[list(pc) for pc in worksplit.free_work(qsl, ends, *r, rows, 64, cap, starts)]
+                     for r in want_ranges]
+        assert got["free"] == want_free, (qsl, ends, starts, nprog)
         groups = max(1, -(-len(ends) // rows))
-        want_prefill = [[list(pc) for pc in worksplit.prefill_work(qsl, ends, g, part, rows, 64, parts, cap)]
+        want_prefill = [[list(pc) for pc in worksplit.prefill_work(qsl, ends, g, part, rows, 64, parts, cap, starts)]
                         for g in range(groups) for part in range(parts)]
-        assert got["prefill"] == want_prefill, (qsl, ends, parts)
+        assert got["prefill"] == want_prefill, (qsl, ends, starts, parts)
 
 
 CHECK_MESSAGES = {
@@ -326,7 +341,12 @@ CHECK_MESSAGES = {
     "out_short": "out.shape[0] must be >= 3; got [2, 1000]",
     "out_narrow": "out.shape[1] must be >= 1000; got [3, 999]",
     "out_overlap": "out rows overlap: row stride 500 < 1000 columns",
-    "out_dtype": "out must be float32; got bfloat16",
+    "out_dtype": "out must be float32, bfloat16 or float16; got int32",
+    "valid_bf16": "",
+    "valid_f16_starts": "",
+    "row_starts_dtype": "row_starts must be int32; got int64",
+    "row_starts_rows": "row_starts.shape[0] must be 3; got [2]",
+    "row_starts_device": "row_starts is on GPU 1; every tensor must be on GPU 0",
     "flat_offsets_short": "out_offsets.shape[0] must be >= 3; got [2]",
     "flat_out_2d": "out must be 1-D; got 2-D [3, 1000]",
     "grid_zero": "grid must have >= 1 programs; got 0",
@@ -349,12 +369,15 @@ def test_launcher_rejects_every_mismatch_before_a_launch():
     got = dict(line.split("\t", 1) for line in run_host("checks").splitlines())
     for name, want in CHECK_MESSAGES.items():
         assert (got[name] == "") if want == "" else (want in got[name]), (name, got[name])
-    assert set(got) == set(CHECK_MESSAGES) | {"valid_args", "valid_wide_args"}
-    # what a valid call hands the kernels: keys capped by max_seq_len, the out width and the table span
+    assert set(got) == set(CHECK_MESSAGES) | {f"{n}_args" for n in CHECK_MESSAGES if n.startswith("valid")}
+    # what a valid call hands the kernels: keys capped by max_seq_len, the out width and the table span;
+    # the out's kind (args.h OutKind) and whether windows have starts
     assert got["valid_args"] == ("key_cap=1000 out_cols=1000 bt_cols=16 num_rows=3 num_seqs=2 page_shift=6 "
-                                 "stride_out=1000 weights_bf16=1")
+                                 "stride_out=1000 weights_bf16=1 out_kind=0 row_starts=0")
     assert got["valid_wide_args"] == ("key_cap=1000 out_cols=2000 bt_cols=40 num_rows=3 num_seqs=2 page_shift=6 "
-                                      "stride_out=2000 weights_bf16=1")
+                                      "stride_out=2000 weights_bf16=1 out_kind=0 row_starts=0")
+    assert got["valid_bf16_args"].endswith(f"out_kind={OUT_CODES['bf16']} row_starts=0")
+    assert got["valid_f16_starts_args"].endswith(f"out_kind={OUT_CODES['f16']} row_starts=1")
 
 
 # ---------------------------------------------------------------------------------------------

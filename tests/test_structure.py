@@ -22,6 +22,7 @@ from mqa_logits_mxfp4.backends.base import Backend, rank_by_rows
 from mqa_logits_mxfp4.backends.opus import instances as opus_instances
 from mqa_logits_mxfp4.backends.triton import instances as triton_instances
 from mqa_logits_mxfp4.core.modes import DECODE_MAX_QLEN, MODE_CODES, MODES, schedule_free_mode
+from mqa_logits_mxfp4.core.outputs import OUT_CODES
 from mqa_logits_mxfp4.core.records import RECORD_INTS
 from mqa_logits_mxfp4.dispatch import registry
 from mqa_logits_mxfp4.worksplit.rules import seq_lanes
@@ -211,6 +212,12 @@ def test_mode_codes_and_record_size_agree_with_the_cpp_side():
              for n, v in re.findall(r"(kMode\w+)\s*=\s*(\d+)", enum)}
     assert codes == MODE_CODES and tuple(MODE_CODES) == MODES
     assert int(_cpp_constant(args, r"constexpr int kRecordInts = (\d+);")) == RECORD_INTS
+
+
+def test_out_codes_agree_with_the_cpp_side():
+    enum = _cpp_constant((CSRC / "args.h").read_text(), r"enum OutKind : int32_t \{([^}]*)\}")
+    codes = {n[len("kOut"):].lower(): int(v) for n, v in re.findall(r"(kOut\w+)\s*=\s*(\d+)", enum)}
+    assert codes == OUT_CODES
 
 
 def test_opus_instances_come_from_registry_h():

@@ -44,12 +44,14 @@ class Backend(Protocol):
         """(Table/Free programs, (Prefill row groups, parts)) from static bounds only."""
 
     def build_schedule(self, cfg, query_start_loc: torch.Tensor, row_ends: torch.Tensor,
-                       records: torch.Tensor) -> None:
+                       records: torch.Tensor, row_starts: torch.Tensor | None = None) -> None:
         """Write Table records for `cfg` into `records` on the device (no host read)."""
 
     def launch(self, cfg, mode: str, q, q_scale, kv_cache, kv_scale, weights, block_tables,
-               query_start_loc, row_ends, out, out_offsets, records) -> None:
-        """Score on the device; inputs are already checked."""
+               query_start_loc, row_ends, out, out_offsets, records, row_starts=None) -> None:
+        """Score on the device; inputs are already checked. `out` is float32, bfloat16 or
+        float16 (a narrow out gets the float32 result rounded once to nearest); `row_starts`
+        None or int32 [rows]: row r scores keys [row_starts[r], row_ends[r]) (worksplit/rules.py)."""
 
 
 class BackendBase(abc.ABC):
@@ -69,10 +71,11 @@ class BackendBase(abc.ABC):
     def grid_sizes(self, inst: Instance, key: ProblemKey) -> tuple[int, tuple[int, int]]:
         return grid_sizes(inst, key)
 
-    def build_schedule(self, cfg, query_start_loc, row_ends, records) -> None:
+    def build_schedule(self, cfg, query_start_loc, row_ends, records, row_starts=None) -> None:
         inst = self._instance(cfg.instance)
         build_records(query_start_loc, row_ends, records, programs=cfg.table_grid, rows=inst.rows,
-                      block_n=inst.block_n, max_seqs=cfg.max_seqs, max_seq_len=cfg.max_seq_len)
+                      block_n=inst.block_n, max_seqs=cfg.max_seqs, max_seq_len=cfg.max_seq_len,
+                      row_starts=row_starts)
 
     def _instance(self, name: str) -> Instance:
         """The instance of that name (every launch asks: a name index, remade only when

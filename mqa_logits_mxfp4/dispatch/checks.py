@@ -6,9 +6,21 @@ from __future__ import annotations
 import torch
 
 from ..core.errors import InputError, ScheduleError
+from ..core.outputs import OUT_DTYPES
 from ..formats import as_uint8
 from ..worksplit.rules import schedule_records, seq_lanes
 from . import registry
+
+
+
+def check_out_dtype(out, out_dtype) -> None:
+    """`out_dtype` names the dtype of an out the op allocates; with a caller's out it may only
+    repeat out's dtype."""
+    if out_dtype is not None and out_dtype not in OUT_DTYPES:
+        raise InputError(f"out_dtype must be {' or '.join(map(str, OUT_DTYPES))}; got {out_dtype}")
+    if out_dtype is not None and isinstance(out, torch.Tensor) and out.dtype != out_dtype:
+        raise InputError(f"out_dtype must be None or out's dtype when out is given; got out_dtype={out_dtype} "
+                         f"with out of {out.dtype}")
 
 
 def as_bytes(name: str, t: torch.Tensor) -> torch.Tensor:
@@ -42,11 +54,17 @@ def reject_permuted_layout(kv_cache: torch.Tensor) -> None:
                          "[num_pages, page_size, head_dim/2]")
 
 
-def check_rows_tensors(cfg, query_start_loc, row_ends) -> None:
+def check_rows_tensors(cfg, query_start_loc, row_ends, row_starts=None) -> None:
     _dtype("query_start_loc", query_start_loc, (torch.int32,))
     _dtype("row_ends", row_ends, (torch.int32,))
     _ndim("query_start_loc", query_start_loc, 1, "[num_seqs + 1]")
     _ndim("row_ends", row_ends, 1, "[rows]")
+    if row_starts is not None:
+        _dtype("row_starts", row_starts, (torch.int32,))
+        _ndim("row_starts", row_starts, 1, "[rows]")
+        if row_starts.shape[0] != row_ends.shape[0]:
+            raise InputError(f"row_starts must have one entry per row_ends entry ({row_ends.shape[0]}); "
+                             f"got {row_starts.shape[0]}")
     num_seqs = query_start_loc.shape[0] - 1
     if num_seqs < 0:
         raise InputError("query_start_loc must have num_seqs + 1 >= 1 entries; got 0")
@@ -55,7 +73,9 @@ def check_rows_tensors(cfg, query_start_loc, row_ends) -> None:
                          f"(query_start_loc has {num_seqs + 1} entries)")
     if row_ends.shape[0] > cfg.max_rows:
         raise InputError(f"rows must be <= cfg.max_rows = {cfg.max_rows}; got {row_ends.shape[0]} (row_ends)")
-    for name, t in (("query_start_loc", query_start_loc), ("row_ends", row_ends)):
+    for name, t in (("query_start_loc", query_start_loc), ("row_ends", row_ends), ("row_starts", row_starts)):
+        if t is None:
+            continue
         if t.device != cfg.device:
             raise InputError(f"every tensor must be on the config's device {cfg.device}; {name} is on {t.device}")
         if not t.is_contiguous():
@@ -63,11 +83,11 @@ def check_rows_tensors(cfg, query_start_loc, row_ends) -> None:
 
 
 def check_inputs(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
-                 row_ends, out, out_offsets) -> None:
+                 row_ends, out, out_offsets, row_starts=None) -> None:
     """Raise InputError naming the rule and the observed value; inputs are already uint8 views."""
     _dtype("weights", weights, (torch.bfloat16, torch.float32))
     _dtype("block_tables", block_tables, (torch.int32,))
-    _dtype("out", out, (torch.float32,))
+    _dtype("out", out, OUT_DTYPES)
     if out_offsets is not None:
         _dtype("out_offsets", out_offsets, (torch.int64,))
 
@@ -83,7 +103,7 @@ def check_inputs(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, que
     else:
         _ndim("out", out, 1, "flat [N] (with out_offsets)")
         _ndim("out_offsets", out_offsets, 1, "[rows]")
-    check_rows_tensors(cfg, query_start_loc, row_ends)
+    check_rows_tensors(cfg, query_start_loc, row_ends, row_starts)
 
     rows, heads, half = q.shape
     if heads != cfg.heads:
@@ -140,7 +160,7 @@ def check_inputs(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, que
 
 
 def check_contract(cfg, num_pages, block_tables, query_start_loc, row_ends, out, out_offsets,
-                   records=None) -> None:
+                   records=None, row_starts=None) -> None:
     """MQA_LOGITS_MXFP4_DEBUG=1: every caller rule of docs/contract.md, read on the host (syncs;
     not graph-safe). Raises InputError naming the rule and the first entry that breaks it, or
     ScheduleError for Table `records` that these row tensors no longer give."""
@@ -166,13 +186,22 @@ def check_contract(cfg, num_pages, block_tables, query_start_loc, row_ends, out,
     if r is not None:
         raise InputError(f"row_ends must not decrease along a sequence's rows; sequence {int(seq[r])} has "
                          f"row_ends[{r + 1}] = {int(ends[r + 1])} < row_ends[{r}] = {int(ends[r])}")
+    starts = torch.zeros_like(ends) if row_starts is None else row_starts.cpu().long()[:live]
+    r = _first((starts < 0) | (starts > ends))
+    if r is not None:
+        raise InputError(f"row_starts must lie in [0, row_ends[r]] for live rows; row_starts[{r}] = "
+                         f"{int(starts[r])}, row_ends[{r}] = {int(ends[r])}")
+    r = _first((starts[1:] < starts[:-1]) & (seq[1:] == seq[:-1]))
+    if r is not None:
+        raise InputError(f"row_starts must not decrease along a sequence's rows; sequence {int(seq[r])} has "
+                         f"row_starts[{r + 1}] = {int(starts[r + 1])} < row_starts[{r}] = {int(starts[r])}")
     span = cfg.page_size * cfg.pages_per_block
     need = (ends + span - 1) // span
     r = _first(need > block_tables.shape[1])
     if r is not None:
         raise InputError(f"row_ends[{r}] = {int(ends[r])} needs {int(need[r])} block-table entries; "
                          f"block_tables has {block_tables.shape[1]}")
-    _check_page_ids(cfg, num_pages, block_tables, qsl, ends, seq)
+    _check_page_ids(cfg, num_pages, block_tables, qsl, starts, ends, seq)
     if out_offsets is not None and live:
         offs = out_offsets[:live].cpu()
         r = _first(offs < 0)
@@ -184,7 +213,7 @@ def check_contract(cfg, num_pages, block_tables, query_start_loc, row_ends, out,
                              f"out_offsets[{r}] + row_ends[{r}] = {int(offs[r])} + {int(ends[r])} = "
                              f"{int(offs[r] + ends[r])}")
     if records is not None:
-        _check_records(cfg, query_start_loc, row_ends, records)
+        _check_records(cfg, query_start_loc, row_ends, records, row_starts)
 
 
 def _first(mask: torch.Tensor) -> int | None:
@@ -193,23 +222,27 @@ def _first(mask: torch.Tensor) -> int | None:
     return int(hit[0, 0]) if hit.numel() else None
 
 
-def _check_page_ids(cfg, num_pages, block_tables, qsl, ends, seq) -> None:
+def _check_page_ids(cfg, num_pages, block_tables, qsl, starts, ends, seq) -> None:
     """Every page a window reaches lies in [0, num_pages): per table row (a sequence, or a row in
-    gather mode) its largest row_end, and for each entry it reaches the last page of the entry
-    that a key uses (pages of an entry ascend: entry * pages_per_block + 0, 1, ...)."""
+    gather mode) the keys from its smallest row_start to its largest row_end, and for each entry
+    they reach the last page of the entry that a key uses (pages of an entry ascend:
+    entry * pages_per_block + 0, 1, ...). Entries wholly before the windows are never read."""
     page, ppb = cfg.page_size, cfg.pages_per_block
     span = page * ppb
     if cfg.gather:
-        reach, who = ends, "row"
+        low, reach, who = starts, ends, "row"
     else:
-        reach = torch.zeros(qsl.shape[0] - 1, dtype=torch.long).scatter_reduce(0, seq, ends, "amax")
+        nseq = qsl.shape[0] - 1
+        reach = torch.zeros(nseq, dtype=torch.long).scatter_reduce(0, seq, ends, "amax")
+        low = torch.full((nseq,), 2**62, dtype=torch.long).scatter_reduce(0, seq, starts, "amin")
         who = "sequence"
     if reach.numel() == 0 or int(reach.max()) == 0:
         return
     width = int((reach.max() + span - 1) // span)
     table = block_tables[:reach.shape[0], :width].cpu().long()
     first_key = torch.arange(width) * span
-    reached = first_key[None, :] < reach[:, None]
+    reached = ((first_key[None, :] < reach[:, None]) & (first_key[None, :] + span > low[:, None])
+               & (low < reach)[:, None])
     last_key = torch.minimum(first_key[None, :] + span, reach[:, None]) - 1
     last_page = table * ppb + (last_key // page) % ppb
     bad = reached & ((table < 0) | (last_page >= num_pages))
@@ -222,11 +255,12 @@ def _check_page_ids(cfg, num_pages, block_tables, qsl, ends, seq) -> None:
                          f"block_tables[{t}, {j}] = {entry} ({who} {t}, keys {lo}..{hi}) names {pages}")
 
 
-def _check_records(cfg, query_start_loc, row_ends, records) -> None:
+def _check_records(cfg, query_start_loc, row_ends, records, row_starts=None) -> None:
     """Table records equal those worksplit/rules.py gives for the row tensors as they are now."""
     inst = next(i for i in registry.get(cfg.backend).instances() if i.name == cfg.instance)
     want = schedule_records(query_start_loc.tolist(), row_ends.tolist(), cfg.table_grid, inst.rows,
-                            inst.block_n, seq_lanes(cfg.max_seqs), cfg.max_seq_len)
+                            inst.block_n, seq_lanes(cfg.max_seqs), cfg.max_seq_len,
+                            None if row_starts is None else row_starts.tolist())
     got = records[:cfg.table_grid, :4].tolist()
     for p, (g, w) in enumerate(zip(got, want)):
         if g != w[:4]:

@@ -44,7 +44,7 @@ class _Broken:
     def grid_sizes(self, inst, key):
         raise RuntimeError(str(self._reason))
 
-    def build_schedule(self, cfg, query_start_loc, row_ends, records) -> None:
+    def build_schedule(self, cfg, query_start_loc, row_ends, records, row_starts=None) -> None:
         raise RuntimeError(str(self._reason))
 
     def launch(self, cfg, mode, *tensors) -> None:

@@ -36,28 +36,37 @@ class MqaLogitsSchedule:
     records: torch.Tensor
     sources: tuple
 
-    def check(self, cfg: MqaLogitsConfig, query_start_loc: torch.Tensor, row_ends: torch.Tensor) -> None:
+    def check(self, cfg: MqaLogitsConfig, query_start_loc: torch.Tensor, row_ends: torch.Tensor,
+              row_starts: torch.Tensor | None = None) -> None:
         if cfg is not self.cfg and _pick(cfg) != _pick(self.cfg):
             raise ScheduleError(f"schedule was built for another config: {self.cfg!r}; this call has {cfg!r}")
-        now = (tensor_identity(query_start_loc), tensor_identity(row_ends))
-        for name, built, got in zip(("query_start_loc", "row_ends"), self.sources, now):
+        now = _sources(query_start_loc, row_ends, row_starts)
+        for name, built, got in zip(("query_start_loc", "row_ends", "row_starts"), self.sources, now):
             if built != got:
-                raise ScheduleError(f"schedule was built from other tensors: {name} was "
-                                    f"(ptr {built[0]:#x}, shape {built[1]}), this call passes "
-                                    f"(ptr {got[0]:#x}, shape {got[1]})")
+                was = "none" if built is None else f"(ptr {built[0]:#x}, shape {built[1]})"
+                passes = "none" if got is None else f"(ptr {got[0]:#x}, shape {got[1]})"
+                raise ScheduleError(f"schedule was built from other tensors: {name} was {was}, this call "
+                                    f"passes {passes}")
+
+
+def _sources(query_start_loc, row_ends, row_starts) -> tuple:
+    return (tensor_identity(query_start_loc), tensor_identity(row_ends),
+            None if row_starts is None else tensor_identity(row_starts))
 
 
 def mqa_logits_mxfp4_schedule(cfg: MqaLogitsConfig, query_start_loc: torch.Tensor,
-                              row_ends: torch.Tensor, buffers: torch.Tensor | None = None
-                              ) -> MqaLogitsSchedule:
+                              row_ends: torch.Tensor, buffers: torch.Tensor | None = None,
+                              row_starts: torch.Tensor | None = None) -> MqaLogitsSchedule:
     """Build Table records on the device (no host read), valid for this config and these tensors.
 
-    query_start_loc [num_seqs + 1] int32 and row_ends [rows] int32 on cfg.device; `buffers`:
-    from cfg.schedule_buffers() (int32 [cfg.table_grid, RECORD_INTS]), else allocated here.
+    query_start_loc [num_seqs + 1] int32, row_ends [rows] int32 and row_starts [rows] int32 (or
+    None: every window starts at key 0) on cfg.device, the same tensors every call of the
+    forward passes (the work split follows the windows' lengths); `buffers`: from
+    cfg.schedule_buffers() (int32 [cfg.table_grid, RECORD_INTS]), else allocated here.
     """
     if not isinstance(cfg, MqaLogitsConfig):
         raise InputError(f"cfg must be an MqaLogitsConfig from mqa_logits_mxfp4_config(); got {type(cfg).__name__}")
-    check_rows_tensors(cfg, query_start_loc, row_ends)
+    check_rows_tensors(cfg, query_start_loc, row_ends, row_starts)
     want = (cfg.table_grid, RECORD_INTS)
     if buffers is None:
         buffers = cfg.schedule_buffers()
@@ -67,8 +76,8 @@ def mqa_logits_mxfp4_schedule(cfg: MqaLogitsConfig, query_start_loc: torch.Tenso
           or buffers.device != cfg.device or not buffers.is_contiguous()):
         raise InputError(f"buffers must be cfg.schedule_buffers(): contiguous int32 {list(want)} on "
                          f"{cfg.device}; got {buffers.dtype} {list(buffers.shape)} on {buffers.device}")
-    registry.get(cfg.backend).build_schedule(cfg, query_start_loc, row_ends, buffers)
-    schedule = MqaLogitsSchedule(cfg, buffers, (tensor_identity(query_start_loc), tensor_identity(row_ends)))
+    registry.get(cfg.backend).build_schedule(cfg, query_start_loc, row_ends, buffers, row_starts)
+    schedule = MqaLogitsSchedule(cfg, buffers, _sources(query_start_loc, row_ends, row_starts))
     _BUILT[buffers.data_ptr()] = schedule
     return schedule
 

@@ -13,22 +13,23 @@ from pathlib import Path
 
 import torch
 
+from ..core.outputs import OUT_NAMES
 from . import peer
 from .suites import Shape
 from .tuner import ShapeResult, Tuner, candidate_runner, measure_each, provenance
 
-COLUMNS = ("suite", "shape", "kind", "data", "backend", "instance", "mode", "status", "us", "launch_us",
+COLUMNS = ("suite", "shape", "kind", "data", "out_dtype", "backend", "instance", "mode", "status", "us", "launch_us",
            "schedule_us", "layers", "GBps", "TFLOPs", "floor_us", "fraction", "vs_peer", "bytes", "flops",
            "copy_GBps", "fp8_TFLOPs", "bf16_TFLOPs", "device_name", "torch_version", "triton_version",
            "tool_version", "date", "note")
 PEERS = ("deepgemm",)
 
 
-def problem_work(problem) -> dict:
-    """Useful FLOPs and the fewest bytes of one call (PERFORMANCE.md 'Work and bytes').
+def problem_work(problem, out_bytes: int = 4) -> dict:
+    """Useful FLOPs and the fewest bytes of one call (docs/tuning.md, "Benchmarking").
 
     Bytes: each sequence's keys once (page-aligned; in gather mode the distinct blocks its rows
-    name), q + q_scale + weights once, and 4 bytes a written cell.
+    name), q + q_scale + weights once, and `out_bytes` (4, or 2 for a narrow out) a written cell.
     """
     p = problem
     live = p.live_rows
@@ -52,7 +53,7 @@ def problem_work(problem) -> dict:
             r0, r1 = qsl[b], qsl[b + 1]
             if r1 > r0:
                 keys += math.ceil(int(ends[r0:r1].max()) / p.page_size) * p.page_size
-    nbytes = (keys * key_bytes + live * p.heads * (key_bytes + p.weights.element_size()) + cells * 4)
+    nbytes = (keys * key_bytes + live * p.heads * (key_bytes + p.weights.element_size()) + cells * out_bytes)
     return dict(bytes=nbytes, flops=2 * p.heads * p.head_dim * cells, cells=cells)
 
 
@@ -118,7 +119,7 @@ def peer_rows(shape: Shape, result, problem, tuner: Tuner, work: dict, ceil: dic
     try:
         call = peer.DeepGemmCall(problem, shape.max_seq_len)
         call()
-        out = torch.empty((problem.rows, shape.max_seq_len), dtype=torch.float32, device=tuner.device)
+        out = torch.empty((problem.rows, shape.max_seq_len), dtype=tuner.out_dtype, device=tuner.device)
         ours, build = candidate_runner(best.candidate, result.key, problem, out)
         if build:
             build()
@@ -146,7 +147,7 @@ def bench(shapes: list[Shape], tuner: Tuner, ceil: dict, *, best_only: bool = Fa
     rows, works, problems = [], {}, {}
 
     def on_problem(s, p):
-        works[s.name] = problem_work(p)
+        works[s.name] = problem_work(p, torch.tensor([], dtype=tuner.out_dtype).element_size())
         if peer:
             problems[s.name] = p
 
@@ -167,7 +168,7 @@ def bench(shapes: list[Shape], tuner: Tuner, ceil: dict, *, best_only: bool = Fa
                         r["vs_peer"] = f"{float(r['us']) / peer_us:.4g}"
             here += extra
         del problem
-        rows += [dict(r, data=tuner.data, **ceil_cols, **prov) for r in here]
+        rows += [dict(r, data=tuner.data, out_dtype=OUT_NAMES[tuner.out_dtype], **ceil_cols, **prov) for r in here]
     return rows
 
 

@@ -23,6 +23,7 @@ import torch
 
 from ..core.errors import TableError
 from ..core.modes import MODES
+from ..core.outputs import OUT_DTYPES
 from ..devices import command_device as _device
 from ..dispatch import registry, table
 from . import timing
@@ -31,6 +32,8 @@ from .report import plot
 from .suites import SUITES, get_suite, parse_shard, select, shard
 from .tables import merge_tables
 from .tuner import Tuner, tune, verify
+
+OUT_DTYPE_OF = {str(d).removeprefix("torch."): d for d in OUT_DTYPES}  # --out-dtype's choices
 
 
 # --- shared --------------------------------------------------------------------------------
@@ -74,7 +77,8 @@ def _backends(args, parser):
 def _tuner(args, device, parser, *, top: int, torch_path: bool, on_event=None):
     return Tuner(device, backends=_backends(args, parser), instances=set(args.instance or ()) or None,
                  modes=set(args.mode or ()) or None, iters=args.iters, budget_ms=args.budget_ms, top=top,
-                 rounds=args.rounds, torch_path=torch_path, on_event=on_event, data=args.data)
+                 rounds=args.rounds, torch_path=torch_path, on_event=on_event, data=args.data,
+                 out_dtype=OUT_DTYPE_OF[args.out_dtype])
 
 
 def _event_log(path):
@@ -152,6 +156,9 @@ def _common(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--list", action="store_true", help="print the shapes (after --quick/--only/--shard) and exit")
     p.add_argument("--log", metavar="FILE", help="append every candidate's outcome (skipped / rejected with "
                    "reasons / timed) as JSON lines")
+    p.add_argument("--out-dtype", choices=tuple(OUT_DTYPE_OF), default="float32",
+                   help="the out every candidate writes (default float32; bfloat16 / float16: the float32 "
+                   "result rounded once, 2 bytes a cell)")
     p.add_argument("--data", choices=("realistic", "wide"), default="realistic",
                    help="the problems' scale layout (default realistic: a vector's block scales within 2 "
                    "binades, as quantized activations have; wide: every byte uniform over 24 binades, the "
@@ -186,7 +193,7 @@ def _child_argv(args, output: Path, part: Path, g: int, n: int, tag: str, device
     argv = ["tune", "-o", str(part), "--workers", "1", "--device", device, "--local-shard", f"{g}/{n}",
             "--worker-tag", tag, "--skip-done", str(output), "--iters", str(args.iters),
             "--budget-ms", str(args.budget_ms), "--rounds", str(args.rounds), "--top", str(args.top),
-            "--data", args.data]
+            "--data", args.data, "--out-dtype", args.out_dtype]
     for s in args.suite:
         argv += ["--suite", s]
     for flag, on in (("--quick", args.quick), ("--no-torch-path", args.no_torch_path)):

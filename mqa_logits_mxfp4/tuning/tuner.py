@@ -87,6 +87,11 @@ def candidates(key, backends=None, instances=None, modes=None) -> tuple[list[Can
     return found, skipped
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """A float tensor's bits as integers of its width (NaN payloads compare too)."""
+    return t.view(torch.int32 if t.element_size() == 4 else torch.int16)
+
+
 def candidate_runner(cand: Candidate, key, problem, out):
     """(launch, build or None): the candidate's backend called directly on `problem`, its inputs
     checked once here; build (Table mode) writes the schedule records launch reads."""
@@ -233,7 +238,7 @@ class Tuner:
                  iters: int = 30, min_iters: int = 5, budget_ms: float = 1000.0, top: int = 3,
                  rounds: int = 5, prune: float = 4.0, torch_path: bool = True,
                  ref_budget_macs: int = REF_BUDGET_MACS, on_event: Callable[[dict], None] | None = None,
-                 data: str = "realistic"):
+                 data: str = "realistic", out_dtype: torch.dtype = torch.float32):
         self.device = normalize_device(device)
         self.timer = timer or device_timer(self.device)
         self.backends, self.instances, self.modes = backends, instances, modes
@@ -242,6 +247,7 @@ class Tuner:
         self.torch_path, self.ref_budget_macs = torch_path, ref_budget_macs
         self.on_event = on_event
         self.data = data  # problems.DATA_KINDS: the scale layout of every problem
+        self.out_dtype = out_dtype  # the out every candidate writes (core/outputs.py's OUT_DTYPES)
         self._said_non_canonical = False  # the expected non-identity of non-canonical instances: said once
 
     def _event(self, shape: Shape, **record) -> None:
@@ -319,7 +325,7 @@ class Tuner:
         problem = shape.make(self.device, self.data)
         if on_problem is not None:
             on_problem(problem)
-        out = torch.empty((problem.rows, shape.max_seq_len), dtype=torch.float32, device=self.device)
+        out = torch.empty((problem.rows, shape.max_seq_len), dtype=self.out_dtype, device=self.device)
         check = ReferenceCheck(problem, shape.max_seq_len, self.ref_budget_macs) if cands else None
         result.banded = bool(check and check.banded)
         runners, first_out, expected = {}, None, []
@@ -342,7 +348,7 @@ class Tuner:
                 continue
             if first_out is None:
                 first_out = (cand.label, out.clone(), cand.instance.canonical)
-            elif not torch.equal(out.view(torch.int32), first_out[1].view(torch.int32)):
+            elif not torch.equal(_bits(out), _bits(first_out[1])):
                 result.not_identical.append(cand.label)
                 if cand.instance.canonical and first_out[2]:  # canonical instances must agree bit for bit
                     log.warning("%s: %s passes the check but is not bitwise identical to %s", shape.name,

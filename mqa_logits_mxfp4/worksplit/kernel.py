@@ -3,9 +3,9 @@
 Imported on first use, never at package import: Triton reads TRITON_INTERPRET when a kernel is
 decorated. `cta_range` is also the Triton scoring kernel's Free-mode split
 (backends/triton/kernels.py), so Table and Free share one unit numbering (worksplit/rules.py).
-`seq_start` and `row_end` are the guarded reads of the row tensors both kernels make
-(worksplit/rules.py's `seq_bounds`): whatever the data, no row past `num_rows` and no key past
-`seq_cap` is ever named.
+`seq_start`, `row_end` and `row_start` are the guarded reads of the row tensors both kernels make
+(worksplit/rules.py's functions of the same names): whatever the data, no row past `num_rows`
+and no key past `seq_cap` is ever named, and a window start lies in [0, its end].
 """
 
 import triton
@@ -33,8 +33,25 @@ def row_end(re_ptr, r, seq_cap, mask):
 
 
 @triton.jit
-def cta_range(qsl_ptr, re_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
-              R: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_P2: tl.constexpr):
+def row_start(rs_ptr, r, end, mask, HAS_STARTS: tl.constexpr):
+    """row_starts[r] clamped into [0, end] (0 without row_starts, or where `mask` is off)."""
+    if HAS_STARTS:
+        return tl.minimum(tl.maximum(tl.load(rs_ptr + r, mask=mask, other=0), 0), end)
+    else:
+        return tl.zeros_like(end)
+
+
+@triton.jit
+def seq_tiles(rs_ptr, first_row, end, mask, BLOCK_N: tl.constexpr, HAS_STARTS: tl.constexpr):
+    """(lo, span): the key tiles [lo, lo + span) of a window from the row_start of `first_row`
+    to `end` (worksplit/rules.py's seq_units and prefill_work)."""
+    lo = row_start(rs_ptr, first_row, end, mask, HAS_STARTS) // BLOCK_N
+    return lo, tl.cdiv(end, BLOCK_N) - lo
+
+
+@triton.jit
+def cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
+              R: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_P2: tl.constexpr, HAS_STARTS: tl.constexpr):
     """Program pid's unit range and its first sequence: (u_begin, u_end, b, units before b)."""
     seqs = tl.arange(0, SEQ_P2)
     smask = seqs < num_seqs
@@ -42,7 +59,8 @@ def cta_range(qsl_ptr, re_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
     qb = tl.maximum(seq_start(qsl_ptr, seqs + 1, num_rows, smask), qa)
     n = qb - qa
     end = row_end(re_ptr, qb - 1, seq_cap, smask & (n > 0))
-    units = tl.cdiv(n, R) * tl.cdiv(end, BLOCK_N)
+    lo, span = seq_tiles(rs_ptr, qa, end, smask & (n > 0), BLOCK_N, HAS_STARTS)
+    units = tl.cdiv(n, R) * span
     total = tl.sum(units, axis=0).to(tl.int64)
     u_begin = ((pid * total) // nprog).to(tl.int32)
     u_end = (((pid + 1) * total) // nprog).to(tl.int32)
@@ -54,12 +72,13 @@ def cta_range(qsl_ptr, re_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
 
 
 @triton.jit(do_not_specialize=["num_seqs", "num_rows", "seq_cap"])
-def build_schedule_kernel(qsl_ptr, re_ptr, sched_ptr, num_seqs, num_rows, seq_cap,
-                          R: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_P2: tl.constexpr):
+def build_schedule_kernel(qsl_ptr, re_ptr, rs_ptr, sched_ptr, num_seqs, num_rows, seq_cap,
+                          R: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_P2: tl.constexpr,
+                          HAS_STARTS: tl.constexpr):
     """Table mode: one 32-byte record per program of the scoring launch."""
     pid = tl.program_id(0)
-    u_begin, u_end, b, base = cta_range(qsl_ptr, re_ptr, num_seqs, num_rows, seq_cap, pid,
-                                        tl.num_programs(0), R, BLOCK_N, SEQ_P2)
+    u_begin, u_end, b, base = cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid,
+                                        tl.num_programs(0), R, BLOCK_N, SEQ_P2, HAS_STARTS)
     rec = sched_ptr + pid * RECORD_INTS
     tl.store(rec + 0, u_begin)
     tl.store(rec + 1, u_end)

@@ -2,14 +2,18 @@
 
 This is the executable statement of the rules every backend follows: units are (row group,
 key tile) pairs numbered sequence-major, group-major, tile-minor; sequence b has
-ceil(rows_b / R) groups of up to R rows, each with ceil(end_b / BLOCK_N) key tiles, end_b being
-the row_end of the sequence's last row; program p of G takes units [p*total//G, (p+1)*total//G).
-Prefill program (g, part) takes global rows [g*R, g*R+R), split at sequence starts, and cuts
-each piece's tiles into `parts` equal shares.
+ceil(rows_b / R) groups of up to R rows, each with the key tiles [lo_b, hi_b) of the sequence's
+window: hi_b = ceil(end_b / BLOCK_N) for end_b the row_end of its last row, lo_b =
+start_b // BLOCK_N for start_b the row_start of its first row (0 without `row_starts`); program
+p of G takes units [p*total//G, (p+1)*total//G). Prefill program (g, part) takes global rows
+[g*R, g*R+R), split at sequence starts, and cuts each piece's tiles [start // BLOCK_N,
+ceil(end / BLOCK_N)) (its first row's start, its last row's end) into `parts` equal shares.
+Tile numbers in pieces are the sequence's own (absolute): key n lies in tile n // BLOCK_N.
 
 Guards (docs/contract.md, "Memory safety"): every read of query_start_loc is clamped into
 [0, rows] and a sequence's end row is at least its start row; every read of row_ends into
-[0, cap] (the kernels' cap is max_seq_len, no more than the table and a 2-D out cover). A valid
+[0, cap] (the kernels' cap is max_seq_len, no more than the table and a 2-D out cover), and of
+row_starts into [0, that row's end] (a sequence's window start into [0, its end]). A valid
 input is left as it is, so these are the rules for every input; for a broken one they decide
 which cells are scored, and no piece names a row past the rows or a key past the cap.
 
@@ -52,17 +56,27 @@ def row_end(row_ends: Sequence[int], r: int, cap: int) -> int:
     return min(max(row_ends[r], 0), cap)
 
 
+def row_start(row_starts: Sequence[int] | None, r: int, end: int) -> int:
+    """row_starts[r] as the kernels read it: clamped into [0, end] (0 without row_starts)."""
+    return 0 if row_starts is None else min(max(row_starts[r], 0), end)
+
+
 def seq_units(qsl: Sequence[int], row_ends: Sequence[int], b: int, rows: int, block_n: int,
-              cap: int = NO_CAP) -> tuple[int, int, int, int, int]:
-    """(qa, qb, end, ntiles, units) of sequence b; ntiles is at least 1 (a stride, not a count)."""
+              cap: int = NO_CAP, row_starts: Sequence[int] | None = None
+              ) -> tuple[int, int, int, int, int, int]:
+    """(qa, qb, end, lo, ntiles, units) of sequence b: its groups score tiles [lo, lo + span),
+    span = ceil(end / block_n) - lo; ntiles = max(span, 1) (a stride, not a count)."""
     qa = seq_start(qsl, b, len(row_ends))
     qb = max(seq_start(qsl, b + 1, len(row_ends)), qa)
     end = row_end(row_ends, qb - 1, cap) if qb > qa else 0
-    return qa, qb, end, max(cdiv(end, block_n), 1), cdiv(qb - qa, rows) * cdiv(end, block_n)
+    lo = row_start(row_starts, qa, end) // block_n if qb > qa else 0
+    span = cdiv(end, block_n) - lo
+    return qa, qb, end, lo, max(span, 1), cdiv(qb - qa, rows) * span
 
 
 def cta_range(qsl: Sequence[int], row_ends: Sequence[int], pid: int, nprog: int, rows: int,
-              block_n: int, lanes: int, cap: int = NO_CAP) -> tuple[int, int, int, int]:
+              block_n: int, lanes: int, cap: int = NO_CAP, row_starts: Sequence[int] | None = None
+              ) -> tuple[int, int, int, int]:
     """Program pid's (u_begin, u_end, first sequence b, units before b) of nprog programs.
 
     `lanes` is the power of two >= max_seqs the kernels reduce over (SEQ_P2): lanes past
@@ -70,7 +84,8 @@ def cta_range(qsl: Sequence[int], row_ends: Sequence[int], pid: int, nprog: int,
     since u_begin == u_end then; kept so that records match the Triton kernel's bit for bit).
     """
     num_seqs = len(qsl) - 1
-    units = [seq_units(qsl, row_ends, s, rows, block_n, cap)[4] if s < num_seqs else 0 for s in range(lanes)]
+    units = [seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts)[5] if s < num_seqs else 0
+             for s in range(lanes)]
     total = sum(units)
     u_begin = pid * total // nprog
     u_end = (pid + 1) * total // nprog
@@ -84,18 +99,21 @@ def cta_range(qsl: Sequence[int], row_ends: Sequence[int], pid: int, nprog: int,
 
 
 def schedule_records(qsl: Sequence[int], row_ends: Sequence[int], nprog: int, rows: int,
-                     block_n: int, lanes: int, cap: int = NO_CAP) -> list[list[int]]:
+                     block_n: int, lanes: int, cap: int = NO_CAP,
+                     row_starts: Sequence[int] | None = None) -> list[list[int]]:
     """Table mode's records (core/records.py's layout), [u_begin, u_end, b, base, 0, 0, 0, 0] per program."""
     pad = [0] * (RECORD_INTS - len(RECORD_FIELDS))
-    return [list(cta_range(qsl, row_ends, p, nprog, rows, block_n, lanes, cap)) + pad for p in range(nprog)]
+    return [list(cta_range(qsl, row_ends, p, nprog, rows, block_n, lanes, cap, row_starts)) + pad
+            for p in range(nprog)]
 
 
 def free_work(qsl: Sequence[int], row_ends: Sequence[int], u: int, u_end: int, b: int, base: int,
-              rows: int, block_n: int, cap: int = NO_CAP) -> Iterator[Piece]:
+              rows: int, block_n: int, cap: int = NO_CAP,
+              row_starts: Sequence[int] | None = None) -> Iterator[Piece]:
     """The pieces a Table/Free program scores, from its (u_begin, u_end, b, base)."""
     num_seqs = len(qsl) - 1
     while u < u_end and 0 <= b < num_seqs:  # b < 0, u < base: only from corrupted records
-        qa, qb, end, ntiles, units = seq_units(qsl, row_ends, b, rows, block_n, cap)
+        qa, qb, end, tlo, ntiles, units = seq_units(qsl, row_ends, b, rows, block_n, cap, row_starts)
         lo = max(u - base, 0)
         hi = min(u_end - base, units)
         if hi > lo:
@@ -105,14 +123,15 @@ def free_work(qsl: Sequence[int], row_ends: Sequence[int], u: int, u_end: int, b
             t0 = lo - j * ntiles
             t1 = min(hi - j * ntiles, ntiles)
             r0 = qa + j * rows
-            yield b, r0, min(r0 + rows, qb), t0, t1
+            yield b, r0, min(r0 + rows, qb), tlo + t0, tlo + t1
             lo = (j + 1) * ntiles
         base += units
         b += 1
 
 
 def prefill_work(qsl: Sequence[int], row_ends: Sequence[int], group: int, part: int, rows: int,
-                 block_n: int, parts: int, cap: int = NO_CAP) -> Iterator[Piece]:
+                 block_n: int, parts: int, cap: int = NO_CAP,
+                 row_starts: Sequence[int] | None = None) -> Iterator[Piece]:
     """The pieces Prefill program (group, part) scores."""
     num_seqs, num_rows = len(qsl) - 1, len(row_ends)
     live = seq_start(qsl, num_seqs, num_rows)
@@ -131,15 +150,27 @@ def prefill_work(qsl: Sequence[int], row_ends: Sequence[int], group: int, part: 
         qb = max(seq_start(qsl, b + 1, num_rows), qa)
         r0, r1 = max(row0, qa), min(chunk_end, qb)
         end = row_end(row_ends, r1 - 1, cap) if r1 > r0 else 0
-        ntiles = cdiv(end, block_n)
-        yield b, r0, r1, part * ntiles // parts, (part + 1) * ntiles // parts
+        lo = row_start(row_starts, r0, end) // block_n if r1 > r0 else 0
+        span = cdiv(end, block_n) - lo
+        yield b, r0, r1, lo + part * span // parts, lo + (part + 1) * span // parts
         b += 1
         qa = qb
 
 
-def piece_tiles(row_ends: Sequence[int], piece: Piece, block_n: int, cap: int = NO_CAP) -> range:
-    """Key tiles of a piece that hold at least one key of its rows (later tiles store nothing,
-    so kernels may stop at the group end: the rows' largest row_end)."""
+def row_window(row_ends: Sequence[int], row_starts: Sequence[int] | None, r: int,
+               cap: int = NO_CAP) -> tuple[int, int]:
+    """The keys [start, end) row r scores, as the kernels read them."""
+    end = row_end(row_ends, r, cap)
+    return row_start(row_starts, r, end), end
+
+
+def piece_tiles(row_ends: Sequence[int], piece: Piece, block_n: int, cap: int = NO_CAP,
+                row_starts: Sequence[int] | None = None) -> range:
+    """Key tiles of a piece that may hold a key of its rows' windows (tiles before the group
+    start, the rows' smallest row_start, and past the group end, their largest row_end, store
+    nothing, so kernels may skip them)."""
     _, r0, r1, t0, t1 = piece
-    gend = max((row_end(row_ends, r, cap) for r in range(r0, r1)), default=0)
-    return range(t0, min(t1, cdiv(gend, block_n)))
+    wins = [row_window(row_ends, row_starts, r, cap) for r in range(r0, r1)]
+    gbeg = min((w[0] for w in wins), default=0)
+    gend = max((w[1] for w in wins), default=0)
+    return range(max(t0, gbeg // block_n), min(t1, cdiv(gend, block_n)))

@@ -89,21 +89,40 @@ def config(prob, pair, mode: str, extra_len: int = 13, **bounds):
     return make_config(key, backend, inst, "prefill" if mode == "prefill" else "free", "test")
 
 
-def run(prob, cfg, mode: str, out=None, out_offsets=None):
-    """One call in `mode` into a poisoned out (returned)."""
+def run(prob, cfg, mode: str, out=None, out_offsets=None, row_starts=None, dtype=torch.float32):
+    """One call in `mode` into a poisoned out of `dtype` (returned)."""
     if out is None:
-        out = torch.full((prob.rows + 1, cfg.max_seq_len + 3), POISON, device=prob.q.device)
-    schedule = (mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc, prob.row_ends)
+        out = torch.full((prob.rows + 1, cfg.max_seq_len + 3), POISON, dtype=dtype, device=prob.q.device)
+    schedule = (mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc, prob.row_ends, row_starts=row_starts)
                 if mode == "table" else None)
-    res = mx.mqa_logits_mxfp4(*prob.args(), cfg=cfg, schedule=schedule, out=out, out_offsets=out_offsets)
+    res = mx.mqa_logits_mxfp4(*prob.args(), cfg=cfg, schedule=schedule, out=out, out_offsets=out_offsets,
+                              row_starts=row_starts)
     assert res is out
     return out
 
 
-def reference(prob, cfg):
+def reference(prob, cfg, row_starts=None):
     """The float64 reference of a problem for a config's window width."""
     return mqa_logits_reference(*prob.args(), max_seq_len=cfg.max_seq_len,
-                                pages_per_block=prob.pages_per_block, gather=prob.gather)
+                                pages_per_block=prob.pages_per_block, gather=prob.gather, row_starts=row_starts)
+
+
+def window_starts(prob, seed: int):
+    """Random row_starts for a problem's live rows that keep the caller contract: in [0, row_end],
+    non-decreasing along each sequence's rows; among them 0, the row end (an empty window), tile
+    boundaries and keys inside a tile. Pad rows get garbage."""
+    g = torch.Generator().manual_seed(seed)
+    qsl, ends = prob.query_start_loc.tolist(), prob.row_ends.tolist()
+    starts = torch.randint(-50, 10**6, (prob.rows,), generator=g, dtype=torch.int32).tolist()
+    for b in range(len(qsl) - 1):
+        prev = 0
+        for r in range(qsl[b], qsl[b + 1]):
+            # a sequence's first row starts inside its window, so every problem has cut windows
+            pick = 3 if r == qsl[b] else int(torch.randint(0, 5, (1,), generator=g))
+            frac = 0.1 + 0.8 * float(torch.rand((), generator=g))
+            s = [0, ends[r], int(frac * ends[r]) // 64 * 64, int(frac * ends[r]), int(frac * ends[r])][pick]
+            prev = starts[r] = min(max(s, prev), ends[r])
+    return torch.tensor(starts, dtype=torch.int32, device=prob.q.device)
 
 
 def run_and_check(prob, pair, mode: str):
@@ -127,4 +146,5 @@ def assert_untouched_outside(out, ref, live_rows: int):
 
 
 __all__ = ["MODES", "DEVICES", "POISON", "need_device", "candidates", "instance_of", "build",
-           "config", "run", "assert_untouched_outside", "GEOMETRIES", "reference", "run_and_check"]
+           "config", "run", "assert_untouched_outside", "GEOMETRIES", "reference", "run_and_check",
+           "window_starts"]

@@ -61,10 +61,22 @@ def _mutations(prob, cfg, out):
          f"block_tables must have >= num_seqs = {prob.num_seqs} rows; got {prob.num_seqs - 1}"),
         ("narrow out", {}, {"out": out[:, :-1]}, f"out must be at least [rows, cfg.max_seq_len] = [{rows}, {cfg.max_seq_len}]; got [{rows}, {cfg.max_seq_len - 1}]"),
         ("short out", {}, {"out": out[:-1]}, "out must be at least [rows, cfg.max_seq_len]"),
-        ("fp64 out", {}, {"out": out.double()}, "out must be torch.float32; got torch.float64"),
+        ("fp64 out", {}, {"out": out.double()},
+         "out must be torch.float32 or torch.bfloat16 or torch.float16; got torch.float64"),
+        ("int32 out", {}, {"out": out.int()}, "out must be torch.float32 or torch.bfloat16 or torch.float16; got torch.int32"),
+        ("out_dtype beside another out", {}, {"out_dtype": torch.bfloat16},
+         "out_dtype must be None or out's dtype when out is given; got out_dtype=torch.bfloat16 with out of torch.float32"),
+        ("fp64 out_dtype", {}, {"out": None, "out_dtype": torch.float64},
+         "out_dtype must be torch.float32 or torch.bfloat16 or torch.float16; got torch.float64"),
+        ("int64 row_starts", {}, {"row_starts": torch.zeros(rows, dtype=torch.int64, device=cfg.device)},
+         "row_starts must be torch.int32; got torch.int64"),
+        ("short row_starts", {}, {"row_starts": torch.zeros(rows - 1, dtype=torch.int32, device=cfg.device)},
+         f"row_starts must have one entry per row_ends entry ({rows}); got {rows - 1}"),
+        ("2-D row_starts", {}, {"row_starts": torch.zeros(rows, 1, dtype=torch.int32, device=cfg.device)},
+         "row_starts must be 1-D [rows]; got 2-D"),
         ("strided out", {}, {"out": out.t().contiguous().t()}, "out must have a contiguous last dim"),
         ("out_offsets without out", {}, {"out": None, "out_offsets": torch.zeros(rows, dtype=torch.int64, device=cfg.device)},
-         "out_offsets needs a caller-provided flat float32 out"),
+         "out_offsets needs a caller-provided flat out (torch.float32, torch.bfloat16, torch.float16); got out=None"),
     ]
 
 
@@ -134,6 +146,13 @@ def test_schedule_from_another_config_or_other_tensors(device):
     sched = mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc, prob.row_ends[:-1])
     with pytest.raises(ScheduleError, match="schedule was built from other tensors: row_ends"):
         _call(args, cfg=cfg, out=out, schedule=sched)
+    starts = torch.zeros(prob.rows, dtype=torch.int32, device=device)
+    sched = mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc, prob.row_ends)
+    with pytest.raises(ScheduleError, match=r"schedule was built from other tensors: row_starts was none, this call passes \(ptr"):
+        _call(args, cfg=cfg, out=out, schedule=sched, row_starts=starts)
+    sched = mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc, prob.row_ends, row_starts=starts)
+    with pytest.raises(ScheduleError, match=r"schedule was built from other tensors: row_starts was \(ptr .*\), this call passes none"):
+        _call(args, cfg=cfg, out=out, schedule=sched)
     with pytest.raises(InputError, match=r"buffers must be cfg.schedule_buffers\(\)"):
         mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc, prob.row_ends,
                                      buffers=torch.empty(3, 8, dtype=torch.int32, device=device))
@@ -175,6 +194,16 @@ def test_debug_mode_checks_the_caller_contract(monkeypatch):
         bad_qsl[-1] = prob.rows + 1
         with pytest.raises(InputError, match=r"query_start_loc\[-1\] must be <= rows"):
             _call({**args, "query_start_loc": bad_qsl}, cfg=cfg, out=out)
+        starts = torch.zeros(prob.rows, dtype=torch.int32)
+        starts[0] = int(prob.row_ends[0]) + 1
+        with pytest.raises(InputError, match=r"row_starts must lie in \[0, row_ends\[r\]\] for live rows; "
+                                             rf"row_starts\[0\] = {int(starts[0])}, row_ends\[0\] = {int(prob.row_ends[0])}"):
+            _call(args, cfg=cfg, out=out, row_starts=starts)
+        starts = torch.zeros(prob.rows, dtype=torch.int32)
+        starts[0] = 5  # rows 0 and 1 are one sequence's (v4_decode: 2 rows)
+        with pytest.raises(InputError, match=r"row_starts must not decrease along a sequence's rows; sequence 0 has "
+                                             r"row_starts\[1\] = 0 < row_starts\[0\] = 5"):
+            _call(args, cfg=cfg, out=out, row_starts=starts)
         assert bool((out == POISON).all())
     finally:
         monkeypatch.delenv("MQA_LOGITS_MXFP4_DEBUG")

@@ -12,7 +12,7 @@ import mqa_logits_mxfp4 as mx
 from mqa_logits_mxfp4.core.errors import InputError, ScheduleError
 from mqa_logits_mxfp4.reference import compare_to_reference, mqa_logits_reference
 
-from .common import DEVICES, MODES, POISON, build, candidates, config, need_device, run
+from .common import DEVICES, MODES, POISON, build, candidates, config, need_device, run, window_starts
 
 PKG = os.path.dirname(mx.__file__)
 _READS = ("item", "tolist", "cpu", "numpy", "nonzero", "unique", "__bool__", "__int__", "__float__",
@@ -92,6 +92,28 @@ def test_torch_compile_fullgraph(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph_with_row_starts_and_a_narrow_out(device):
+    """The custom op carries row_starts and allocates the out_dtype it is asked for."""
+    need_device(device)
+    prob = build("v4_decode", device, seed=41)
+    starts = window_starts(prob, 41)
+    cfg = mx.mqa_logits_mxfp4_config(device, heads=64, page_size=16, max_rows=prob.rows,
+                                     max_seqs=prob.num_seqs, max_qlen=2, max_seq_len=prob.max_seq_len)
+
+    def step(*args, row_starts):
+        return mx.mqa_logits_mxfp4(*args, cfg=cfg, row_starts=row_starts, out_dtype=torch.bfloat16)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    got = compiled(*prob.args(), row_starts=starts)
+    want = step(*prob.args(), row_starts=starts)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    ref = mqa_logits_reference(*prob.args(), max_seq_len=cfg.max_seq_len, row_starts=starts)
+    assert compare_to_reference(got, ref) == []
+    assert bool((got[:prob.live_rows][~ref.window.to(got.device)] == float("-inf")).all())
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_torch_compile_runs_every_check_and_raises_our_errors(device, isolated_dispatch):
     """docs/contract.md ("torch.compile"): the op's real implementation makes the schedule, input
     and MQA_LOGITS_MXFP4_DEBUG checks on the real tensors, so even under fullgraph=True their
@@ -133,9 +155,9 @@ def test_torch_compile_runs_every_check_and_raises_our_errors(device, isolated_d
         compiled(*prob.args(), out_offsets=offs)
     # the cause names our exception; torch 2.13 keeps its message, torch 2.11 only its class
     cause = str(e.value.__cause__)
-    assert "out_offsets needs a caller-provided flat float32 out" in cause or "(InputError)" in cause, cause
+    assert "out_offsets needs a caller-provided flat out" in cause or "(InputError)" in cause, cause
     torch._dynamo.reset()
-    with pytest.raises(InputError, match="out_offsets needs a caller-provided flat float32 out"):
+    with pytest.raises(InputError, match="out_offsets needs a caller-provided flat out"):
         torch.compile(step, backend=backend)(*prob.args(), out_offsets=offs)
 
 

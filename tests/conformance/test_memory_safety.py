@@ -79,10 +79,11 @@ def guarded_2d(prob, cfg):
     return buf, buf[GUARD:GUARD + prob.rows, GUARD:GUARD + width]
 
 
-def call(prob, cfg, mode, out, out_offsets=None, schedule=None):
+def call(prob, cfg, mode, out, out_offsets=None, schedule=None, row_starts=None):
     if schedule is None and mode == "table":
-        schedule = mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc, prob.row_ends)
-    res = mx.mqa_logits_mxfp4(*prob.args(), cfg=cfg, schedule=schedule, out=out, out_offsets=out_offsets)
+        schedule = mx.mqa_logits_mxfp4_schedule(cfg, prob.query_start_loc, prob.row_ends, row_starts=row_starts)
+    res = mx.mqa_logits_mxfp4(*prob.args(), cfg=cfg, schedule=schedule, out=out, out_offsets=out_offsets,
+                              row_starts=row_starts)
     assert res is out
 
 
@@ -90,10 +91,10 @@ def bits(t):
     return t.view(torch.int32)
 
 
-def scored(prob, cfg, mode):
+def scored(prob, cfg, mode, row_starts=None):
     """The guarded buffer after one call."""
     buf, out = guarded_2d(prob, cfg)
-    call(prob, cfg, mode, out)
+    call(prob, cfg, mode, out, row_starts=row_starts)
     return buf
 
 
@@ -183,6 +184,35 @@ def test_row_ends_are_clamped_to_max_seq_len(geometry, mode, device, pair):
     ref = mqa_logits_reference(*clamped.args(), max_seq_len=cfg.max_seq_len,
                                pages_per_block=prob.pages_per_block, gather=prob.gather)
     assert compare_to_reference(want[GUARD:GUARD + prob.rows, GUARD:GUARD + cfg.max_seq_len + 3], ref) == []
+
+
+@pytest.mark.parametrize("device, pair", DEVICE_PAIRS)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("geometry", ["v4_decode", "h16_prefill"])
+def test_row_starts_are_clamped_into_the_window(geometry, mode, device, pair):
+    """row_starts that break the contract (negative down to the int32 limit, past the row's end
+    up to it, decreasing along a sequence): the bits of the starts clamped into [0, row_end], and
+    nothing written outside those windows (which may still decrease along a sequence, so some of
+    their cells may stay unwritten: wrong values, never an access outside; test_windows.py checks
+    valid starts against the reference)."""
+    need_device(device)
+    prob = small(geometry, device, seed=73)
+    cfg = config(prob, pair, mode)
+    cpu_turn(prob, pair, mode, device, geometry, "starts")
+    ends = prob.row_ends.clamp(0, cfg.max_seq_len)
+    picks = torch.tensor([INT_MIN, -5, 0, 3, 70, 129, INT_MAX], dtype=torch.int64)
+    g = torch.Generator().manual_seed(3)
+    starts = picks[torch.randint(0, len(picks), (prob.rows,), generator=g)].to(torch.int32).to(prob.q.device)
+    clamped = torch.minimum(starts.clamp(min=0), ends)
+    got = scored(prob, cfg, mode, row_starts=starts)
+    want = scored(prob, cfg, mode, row_starts=clamped)
+    assert torch.equal(bits(got), bits(want))
+    ref = mqa_logits_reference(*prob.args(), max_seq_len=cfg.max_seq_len, pages_per_block=prob.pages_per_block,
+                               gather=prob.gather, row_starts=clamped)
+    inside = torch.zeros(want.shape, dtype=torch.bool, device=want.device)
+    inside[GUARD:GUARD + prob.live_rows, GUARD:GUARD + ref.window.shape[1]] = ref.window.to(want.device)
+    assert bool((want[~inside] == POISON).all()), "cells outside the clamped windows were written"
+    assert bool((want[inside] != POISON).any()), "nothing was scored"
 
 
 @pytest.mark.parametrize("device, pair", DEVICE_PAIRS)

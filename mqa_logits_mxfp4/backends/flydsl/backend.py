@@ -15,6 +15,7 @@ import torch
 
 from ...core.errors import CaptureError, InputError
 from ...core.instance import Instance, Reason, ok_if
+from ...core.outputs import OUT_NAMES
 from ...worksplit.rules import seq_lanes
 from ..base import BackendBase, rank_by_rows
 from .instances import FAMILIES, INSTANCES
@@ -72,14 +73,19 @@ class FlydslBackend(BackendBase):
         fits = [i for i in INSTANCES if not self.instance_supports(i, key)]
         return [pick for fam in FAMILIES for pick in rank_by_rows([i for i in fits if i.family == fam], key)]
 
-    def kernel_spec(self, cfg, mode: str, weights: torch.Tensor, flat_out: bool) -> KernelSpec:
+    def kernel_spec(self, cfg, mode: str, weights: torch.Tensor, out: torch.Tensor,
+                    out_offsets: torch.Tensor | None, row_starts: torch.Tensor | None = None) -> KernelSpec:
+        """The kernel a launch needs: the config's instance and layout, the mode, and what the
+        tensors select (weights' and out's dtypes, a flat out, row_starts given or not)."""
         inst = self._instance(cfg.instance)
         return KernelSpec(heads=cfg.heads, rows=inst.rows, waves=inst.warps, page_size=cfg.page_size,
                           pages_per_block=cfg.pages_per_block, gather=cfg.gather, mode=mode,
-                          flat_out=flat_out, w_bf16=weights.dtype == torch.bfloat16, family=inst.family)
+                          flat_out=out_offsets is not None, w_bf16=weights.dtype == torch.bfloat16,
+                          family=inst.family, has_starts=row_starts is not None,
+                          out_dtype=OUT_NAMES[out.dtype])
 
     def launch_args(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
-                    query_start_loc, row_ends, out, out_offsets, records) -> list:
+                    query_start_loc, row_ends, out, out_offsets, records, row_starts=None) -> list:
         """The compiled launcher's arguments (raw addresses for its pointers), in order."""
         for name, t in (("q", q), ("kv_cache", kv_cache), ("kv_scale", kv_scale)):
             if t.data_ptr() % ALIGN[name]:
@@ -92,16 +98,17 @@ class FlydslBackend(BackendBase):
                 weights.data_ptr(), block_tables.data_ptr(), query_start_loc.data_ptr(),
                 row_ends.data_ptr(), out.data_ptr(), out_offsets.data_ptr() if flat else unused,
                 records.data_ptr() if records is not None else unused,
+                row_starts.data_ptr() if row_starts is not None else unused,
                 query_start_loc.shape[0] - 1, seq_lanes(cfg.max_seqs), row_ends.shape[0],
                 cfg.max_seq_len, kv_cache.shape[0], out.shape[0] if flat else 0,
                 weights.stride(0), block_tables.stride(0), 0 if flat else out.stride(0),
                 grid[0], grid[1]]
 
     def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
-               query_start_loc, row_ends, out, out_offsets, records) -> None:
-        spec = self.kernel_spec(cfg, mode, weights, out_offsets is not None)
+               query_start_loc, row_ends, out, out_offsets, records, row_starts=None) -> None:
+        spec = self.kernel_spec(cfg, mode, weights, out, out_offsets, row_starts)
         args = self.launch_args(cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
-                                query_start_loc, row_ends, out, out_offsets, records)
+                                query_start_loc, row_ends, out, out_offsets, records, row_starts)
         fn = compiled(spec, cfg.device)
         with torch.cuda.device(cfg.device):
             fn(*args, torch.cuda.current_stream(cfg.device))

@@ -25,10 +25,16 @@ below FULL_W_HI (a flag a (row, head tile), found while staging), one MFMA over 
 head_dim with the real E8M0 bytes as its scale operands (lane l: its key's / head's block g byte)
 replaces the four, then relu; elsewhere the steps above.
 
+Row windows and narrow outs (KernelSpec.has_starts, out_dtype; docs/flydsl-backend.md): with
+row_starts, row r stores keys [start_r, end_r) and the tiles follow worksplit's rules (a
+sequence's tiles from its first row's start tile, a group's from its rows' smallest start); a
+bf16 / f16 out gets the f32 result rounded once (arith.truncf) right before its store.
+
 Memory safety (docs/contract.md, "Memory safety"), as the Triton kernels: query_start_loc is read
-clamped into [0, num_rows] and row_ends into [0, seq_cap]; a flat out's row is cut at out_numel
-and a negative offset writes nothing; a key whose page lies outside [0, num_pages) is not loaded
-(a branch around its loads) and its scale words read as 0xFF bytes, so its cells are NaN.
+clamped into [0, num_rows], row_ends into [0, seq_cap] and row_starts into [0, the row's end]; a
+flat out's row is cut at out_numel and a negative offset writes nothing; a key whose page lies
+outside [0, num_pages) is not loaded (a branch around its loads) and its scale words read as 0xFF
+bytes, so its cells are NaN.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ FULL_LO, FULL_HI, FULL_W_HI = 96, 158, 2.0 ** 40
 E2M1 = 4                      # cbsz / blgp format code of the f8f6f4 MFMA
 DPP_ROW_ROR = 0x120           # + n: rotate right by n lanes within a row of 16
 WAVE = 64
+OUT_TYPES = {"f32": fx.Float32, "bf16": fx.BFloat16, "f16": fx.Float16}   # KernelSpec.out_dtype
 
 
 def _cdiv(a, b):
@@ -74,6 +81,13 @@ def _wave_sum(x):
     """Sum of an i32 over the 64 lanes, in every lane."""
     for k in range_constexpr(6):
         x = x + x.shuffle_xor(32 >> k, WAVE)
+    return x
+
+
+def _row_min(x):
+    """Minimum of an i32 over each 16-lane row, in every lane of the row."""
+    for k in range_constexpr(4):
+        x = _imin(x, x.shuffle_xor(8 >> k, WAVE))
     return x
 
 
@@ -124,6 +138,8 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
     DB = HEAD_DIM // 2                # bytes of one key or one query head
     NB = HEAD_DIM // 32               # scale blocks
     FULL = spec.family == "mxsc"
+    STARTS = spec.has_starts
+    OUT_T = OUT_TYPES[spec.out_dtype]
     assert H % 32 == 0 and H >= 32 and PAGE % 4 == 0 and R <= 16
 
     @flyc.jit
@@ -143,6 +159,21 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
     def row_end(re, r, seq_cap):
         """row_ends[r] clamped into [0, seq_cap]."""
         return _clamp(fx.Int32((re + fx.Int64(r)).load()), fx.Int32(0), seq_cap)
+
+    @flyc.jit
+    def row_start(rs, r, end):
+        """row_starts[r] clamped into [0, end]."""
+        return _clamp(fx.Int32((rs + fx.Int64(r)).load()), fx.Int32(0), end)
+
+    @flyc.jit
+    def seq_tiles(rs, first_row, end, has_rows):
+        """(lo, span): the key tiles [lo, lo + span) of a window from first_row's start to `end`
+        (worksplit.seq_units and prefill_work; lo is 0 without row_starts or rows)."""
+        lo = fx.Int32(0)
+        if const_expr(STARTS):
+            if has_rows:
+                lo = row_start(rs, first_row, end) // BN
+        return lo, _cdiv(end, BN) - lo
 
     def tile_scores(kiso, kscale, qfrag, qscale):
         """docs/numerics.md steps 1-4 for 16 keys x one 16-head tile: relu of the block sum of
@@ -205,10 +236,12 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                 (lds_w + fx.Int64(idx)).store(weight(w + (fx.Int64(row) * stride_w + fx.Int64(idx % H))))
 
     @flyc.jit
-    def score_group(q, qs, kv, ks, w, bt, re, out, oo, num_pages, seq_cap, out_numel, stride_w,
+    def score_group(q, qs, kv, ks, w, bt, re, rs, out, oo, num_pages, seq_cap, out_numel, stride_w,
                     stride_bt, stride_out, b, r0, r1, t0, t1, tid, wave, lane, lds_q, lds_s, lds_w,
                     lds_qw, lds_ok):
-        """Rows [r0, r1) of sequence b (at most R, r1 > r0) against key tiles [t0, t1)."""
+        """Rows [r0, r1) of sequence b (at most R, r1 > r0) against key tiles [t0, t1), as
+        worksplit.piece_tiles: from the group start (the rows' smallest row_start) to the group
+        end (their largest row_end)."""
         V4I = Vector.make_type(4, fx.Int32)   # types need the tracing context
         c = lane % 16
         g = lane // 16
@@ -221,6 +254,13 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
         # lane c < R stores row r0 + c
         my_row = _imin(r0 + c, r1 - 1)
         my_end = row_end(re, my_row, seq_cap)
+        my_start = fx.Int32(0)
+        gbeg = fx.Int32(0)
+        if const_expr(STARTS):
+            # the group start, the rows' smallest start: lanes c = 0..15 hold rows r0..r1-1 (one
+            # vector load and a row minimum; a scalar loop over R rows, as gend's, spills SGPRs)
+            my_start = row_start(rs, my_row, my_end)
+            gbeg = _uniform(_row_min(my_start))
         my_end = ((c < R) & (r0 + c < r1)).select(my_end, fx.Int32(0))
         if const_expr(FLAT_OUT):  # a row ends at the flat out's end; a negative offset writes nothing
             my_base = fx.Int64((oo + fx.Int64(my_row)).load())
@@ -228,24 +268,36 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
             my_end = (my_base >= 0).select(fx.Int32(_imin(fx.Int64(my_end), room)), fx.Int32(0))
         else:
             my_base = fx.Int64(my_row) * stride_out
+        if const_expr(STARTS):
+            my_start = _imin(my_start, my_end)   # clamped into [0, the cut end], as row_start does
         if const_expr(GATHER):
             bt_row = bt + fx.Int64(r0) * stride_bt
         else:
             bt_row = bt + fx.Int64(b) * stride_bt
         kmax = _imax(gend - 1, fx.Int32(0))
+        kmin = fx.Int32(0)   # keys before the group start read its key: no table entry before the windows
         t = t0
+        if const_expr(STARTS):
+            kmin = _imin(gbeg, kmax)
+            t = _imax(t0, gbeg // BN)
         t_stop = _imin(t1, _cdiv(gend, BN))
         while t < t_stop:
             key0 = t * BN + wave * 16
-            # A operand: key key0 + c, K-block g (keys past the group end read a valid key; a
-            # key outside the cache reads nothing: its scales below make its cells NaN)
-            slot_a, in_cache_a = slot_of(_imin(key0 + c, kmax), bt_row, num_pages)
+            # A operand: key key0 + c, K-block g (keys past the group end, or before its start,
+            # read a valid key; a key outside the cache reads nothing: its scales below make its
+            # cells NaN)
+            key_a = _imin(key0 + c, kmax)
+            if const_expr(STARTS):
+                key_a = _clamp(key0 + c, kmin, kmax)
+            slot_a, in_cache_a = slot_of(key_a, bt_row, num_pages)
             kfrag = Vector.filled(4, 0, fx.Int32)
             if in_cache_a:
                 kfrag = Vector((kv + (slot_a * DB + fx.Int64(g) * 16)).load(V4I))
             # key scales of keys key0 + 4g .. + 3: one page, 16 contiguous bytes (0xFF bytes,
             # NaN, for a page outside the cache)
             kq = _imin(key0 + 4 * g, (kmax // 4) * 4)
+            if const_expr(STARTS):
+                kq = _clamp(key0 + 4 * g, (kmin // 4) * 4, (kmax // 4) * 4)
             slot_s, in_cache_s = slot_of(kq, bt_row, num_pages)
             sk_words = Vector.filled(4, -1, fx.Int32)
             if in_cache_s:
@@ -313,19 +365,24 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
             res = vals[0]
             for ri in range_constexpr(1, R):
                 res = (c == ri).select(vals[ri], res)
+            if const_expr(OUT_T is not fx.Float32):   # rounded once, to nearest even
+                res = Vector.from_elements([OUT_T(res[e]) for e in range_constexpr(4)], OUT_T)
             for e in range_constexpr(4):
                 key = key0 + 4 * g + e
-                if key < my_end:
+                stored = key < my_end
+                if const_expr(STARTS):
+                    stored = stored & (key >= my_start)
+                if stored:
                     (out + (my_base + fx.Int64(key))).store(res[e])
             t = t + 1
 
     @flyc.jit
-    def cta_range(qsl, re, num_seqs, num_rows, seq_cap, lanes, pid, nprog, lane):
+    def cta_range(qsl, re, rs, num_seqs, num_rows, seq_cap, lanes, pid, nprog, lane):
         """worksplit.cta_range over `lanes` sequences, 64 at a time."""
         total = fx.Int32(0)
         s0 = fx.Int32(0)
         while s0 < lanes:
-            total = total + _wave_sum(seq_units(qsl, re, num_seqs, num_rows, seq_cap, s0 + lane))
+            total = total + _wave_sum(seq_units(qsl, re, rs, num_seqs, num_rows, seq_cap, s0 + lane))
             s0 = s0 + WAVE
         u_begin = fx.Int32((fx.Int64(pid) * fx.Int64(total)) // fx.Int64(nprog))
         u_end = fx.Int32(((fx.Int64(pid) + 1) * fx.Int64(total)) // fx.Int64(nprog))
@@ -334,7 +391,7 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
         cum = fx.Int32(0)
         s0 = fx.Int32(0)
         while s0 < lanes:
-            units = seq_units(qsl, re, num_seqs, num_rows, seq_cap, s0 + lane)
+            units = seq_units(qsl, re, rs, num_seqs, num_rows, seq_cap, s0 + lane)
             incl = cum + _wave_inclusive_scan(units, lane)
             before = (incl <= u_begin) & (s0 + lane < lanes)
             b = b + _wave_sum(before.select(fx.Int32(1), fx.Int32(0)))
@@ -344,7 +401,7 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
         return _uniform(u_begin), _uniform(u_end), _uniform(b), _uniform(base)
 
     @flyc.jit
-    def seq_units(qsl, re, num_seqs, num_rows, seq_cap, s):
+    def seq_units(qsl, re, rs, num_seqs, num_rows, seq_cap, s):
         """Units of sequence s (0 past num_seqs), as worksplit.seq_units."""
         live = s < num_seqs
         qa = seq_start(qsl, _imin(s, num_seqs), num_rows)
@@ -353,10 +410,12 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
         end = fx.Int32(0)
         if n > 0:
             end = row_end(re, qb - 1, seq_cap)
-        return _cdiv(n, R) * _cdiv(end, BN)
+        groups = _cdiv(n, R)
+        _, span = seq_tiles(rs, qa, end, n > 0)
+        return groups * span
 
     @flyc.jit
-    def prefill_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, num_rows, num_pages, seq_cap,
+    def prefill_body(q, qs, kv, ks, w, bt, qsl, re, rs, out, oo, num_seqs, num_rows, num_pages, seq_cap,
                      out_numel, stride_w, stride_bt, stride_out, pid, part, parts, tid, wave, lane,
                      lds_q, lds_s, lds_w, lds_qw, lds_ok):
         """worksplit.prefill_work: global rows [pid*R, pid*R + R), tiles cut in `parts`."""
@@ -378,17 +437,17 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
             r1 = _imin(chunk_end, qb)
             if r1 > r0:  # an empty piece (an empty sequence) has no row to read
                 end = row_end(re, r1 - 1, seq_cap)
-                ntiles = _cdiv(end, BN)
-                t0 = (part * ntiles) // parts
-                t1 = ((part + 1) * ntiles) // parts
-                score_group(q, qs, kv, ks, w, bt, re, out, oo, num_pages, seq_cap, out_numel,
+                lo, span = seq_tiles(rs, r0, end, True)
+                t0 = lo + (part * span) // parts
+                t1 = lo + ((part + 1) * span) // parts
+                score_group(q, qs, kv, ks, w, bt, re, rs, out, oo, num_pages, seq_cap, out_numel,
                             stride_w, stride_bt, stride_out, b, r0, r1, t0, t1, tid, wave, lane,
                             lds_q, lds_s, lds_w, lds_qw, lds_ok)
             b = b + 1
             qa = qb
 
     @flyc.jit
-    def free_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, num_rows, num_pages, seq_cap,
+    def free_body(q, qs, kv, ks, w, bt, qsl, re, rs, out, oo, num_seqs, num_rows, num_pages, seq_cap,
                   out_numel, stride_w, stride_bt, stride_out, u, u_end, b, base, tid, wave, lane,
                   lds_q, lds_s, lds_w, lds_qw, lds_ok):
         """worksplit.free_work from a program's (u_begin, u_end, b, base)."""
@@ -398,8 +457,9 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
             end = fx.Int32(0)
             if qb > qa:
                 end = row_end(re, qb - 1, seq_cap)
-            ntiles = _imax(_cdiv(end, BN), fx.Int32(1))
-            units = _cdiv(qb - qa, R) * _cdiv(end, BN)
+            tlo, span = seq_tiles(rs, qa, end, qb > qa)
+            ntiles = _imax(span, fx.Int32(1))
+            units = _cdiv(qb - qa, R) * span
             lo = _imax(u - base, fx.Int32(0))  # negative only for corrupted records
             hi = _imin(u_end - base, units)
             u = (hi > lo).select(base + hi, u)
@@ -409,8 +469,8 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                 t1 = _imin(hi - j * ntiles, ntiles)
                 r0 = qa + j * R
                 r1 = _imin(r0 + R, qb)
-                score_group(q, qs, kv, ks, w, bt, re, out, oo, num_pages, seq_cap, out_numel,
-                            stride_w, stride_bt, stride_out, b, r0, r1, t0, t1, tid, wave, lane,
+                score_group(q, qs, kv, ks, w, bt, re, rs, out, oo, num_pages, seq_cap, out_numel,
+                            stride_w, stride_bt, stride_out, b, r0, r1, tlo + t0, tlo + t1, tid, wave, lane,
                             lds_q, lds_s, lds_w, lds_qw, lds_ok)
                 lo = (j + 1) * ntiles
             base = base + units
@@ -422,8 +482,10 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                        out: fx.Pointer, oo: fx.Pointer, sched: fx.Pointer,
                        num_seqs: fx.Int32, lanes: fx.Int32, num_rows: fx.Int32, seq_cap: fx.Int32,
                        num_pages: fx.Int64, out_numel: fx.Int64, stride_w: fx.Int64,
-                       stride_bt: fx.Int64, stride_out: fx.Int64, nprog: fx.Int32, parts: fx.Int32):
-        # nprog / parts: the grid's x / y size (gridDim would need the ROCm device libraries)
+                       stride_bt: fx.Int64, stride_out: fx.Int64, nprog: fx.Int32, parts: fx.Int32,
+                       rs: fx.Pointer):
+        # nprog / parts: the grid's x / y size (gridDim would need the ROCm device libraries); rs
+        # (row_starts) last, so that the other arguments keep their places without row_starts
         tid = fx.Int32(gpu.thread_idx.x)
         lane = tid % WAVE
         wave = _uniform(tid // WAVE)
@@ -437,30 +499,30 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
             lds_qw = smem.allocate(fx.Array[fx.Int32, R * H, 16]).peek().ptr        # raw q scale words
             lds_ok = smem.allocate(fx.Array[fx.Int32, R * NT, 16]).peek().ptr       # full-path flags
         if const_expr(MODE == MODE_PREFILL):
-            prefill_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, num_rows, num_pages, seq_cap,
+            prefill_body(q, qs, kv, ks, w, bt, qsl, re, rs, out, oo, num_seqs, num_rows, num_pages, seq_cap,
                          out_numel, stride_w, stride_bt, stride_out, pid, fx.Int32(gpu.block_idx.y), parts,
                          tid, wave, lane, lds_q, lds_s, lds_w, lds_qw, lds_ok)
         elif const_expr(MODE == MODE_TABLE):
             rec = sched + fx.Int64(pid) * RECORD_INTS
-            free_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, num_rows, num_pages, seq_cap,
+            free_body(q, qs, kv, ks, w, bt, qsl, re, rs, out, oo, num_seqs, num_rows, num_pages, seq_cap,
                       out_numel, stride_w, stride_bt, stride_out, _uniform((rec + 0).load()),
                       _uniform((rec + 1).load()), _uniform((rec + 2).load()), _uniform((rec + 3).load()),
                       tid, wave, lane, lds_q, lds_s, lds_w, lds_qw, lds_ok)
         else:
-            u, u_end, b, base = cta_range(qsl, re, num_seqs, num_rows, seq_cap, lanes, pid, nprog, lane)
-            free_body(q, qs, kv, ks, w, bt, qsl, re, out, oo, num_seqs, num_rows, num_pages, seq_cap,
+            u, u_end, b, base = cta_range(qsl, re, rs, num_seqs, num_rows, seq_cap, lanes, pid, nprog, lane)
+            free_body(q, qs, kv, ks, w, bt, qsl, re, rs, out, oo, num_seqs, num_rows, num_pages, seq_cap,
                       out_numel, stride_w, stride_bt, stride_out, u, u_end, b, base, tid, wave, lane,
                       lds_q, lds_s, lds_w, lds_qw, lds_ok)
 
     @flyc.jit
     def launch(q: fx.Pointer, qs: fx.Pointer, kv: fx.Pointer, ks: fx.Pointer, w: fx.Pointer,
                bt: fx.Pointer, qsl: fx.Pointer, re: fx.Pointer, out: fx.Pointer, oo: fx.Pointer,
-               sched: fx.Pointer, num_seqs: fx.Int32, lanes: fx.Int32, num_rows: fx.Int32,
+               sched: fx.Pointer, rs: fx.Pointer, num_seqs: fx.Int32, lanes: fx.Int32, num_rows: fx.Int32,
                seq_cap: fx.Int32, num_pages: fx.Int64, out_numel: fx.Int64, stride_w: fx.Int64,
                stride_bt: fx.Int64, stride_out: fx.Int64, grid_x: fx.Int32, grid_y: fx.Int32,
                stream: fx.Stream = fx.Stream(None)):
         mqa_logits_fly(q, qs, kv, ks, w, bt, qsl, re, out, oo, sched, num_seqs, lanes, num_rows, seq_cap,
-                       num_pages, out_numel, stride_w, stride_bt, stride_out, grid_x, grid_y
+                       num_pages, out_numel, stride_w, stride_bt, stride_out, grid_x, grid_y, rs
                        ).launch(grid=(grid_x, grid_y, 1), block=(WAVE * WAVES, 1, 1), stream=stream)
 
     return launch
@@ -479,6 +541,6 @@ def pointer_args(spec: KernelSpec, ptrs: dict | None = None) -> list:
     kinds = [("q", fx.Uint8, 16), ("q_scale", fx.Int32, 4), ("kv_cache", fx.Uint8, 16),
              ("kv_scale", fx.Int32, 16), ("weights", fx.Int16 if spec.w_bf16 else fx.Float32, None),
              ("block_tables", fx.Int32, None), ("query_start_loc", fx.Int32, None),
-             ("row_ends", fx.Int32, None), ("out", fx.Float32, None), ("out_offsets", fx.Int64, None),
-             ("records", fx.Int32, None)]
+             ("row_ends", fx.Int32, None), ("out", OUT_TYPES[spec.out_dtype], None),
+             ("out_offsets", fx.Int64, None), ("records", fx.Int32, None), ("row_starts", fx.Int32, None)]
     return [PointerJitArg(dtype, ptrs.get(name), alignment=align) for name, dtype, align in kinds]

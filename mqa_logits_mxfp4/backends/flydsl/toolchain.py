@@ -19,6 +19,10 @@ PINNED_VERSION = "0.5.0"   # the flydsl every kernel was compile-checked with (p
 ISA_KEYS = ("vgpr_count", "agpr_count", "sgpr_count", "vgpr_spill_count", "sgpr_spill_count",
             "private_segment_fixed_size", "group_segment_fixed_size")
 SCALED_MFMA = re.compile(r"\bv_mfma_scale_f32_\d+x\d+x\d+_f8f6f4\b")
+GLOBAL_STORE = re.compile(r"(?:global|buffer|flat)_store_(\w+)$")
+NARROW_CVT = {"bf16": re.compile(r"v_cvt_pk_bf16_f32\b"), "f16": re.compile(r"v_cvt_f16_f32(?:_e32|_e64)?$")}
+# a scalar load from the kernarg segment (s[0:1]: no dispatch or queue pointer is requested)
+KERNARG_LOAD = re.compile(r"^\ts_load_dword\w*\s+s\[?[\d:]+\]?,\s*s\[0:1\],\s*(0x[0-9a-f]+|\d+)", re.M)
 
 
 def installed_version() -> str | None:
@@ -98,6 +102,13 @@ def isa_facts(isa: str) -> dict:
             and ln.split()]
     facts["scaled_mfma"] = sum(bool(SCALED_MFMA.match(op)) for op in body)
     facts["instructions"] = len(body)
+    stores = [m.group(1) for m in map(GLOBAL_STORE.match, body) if m]
+    facts["global_stores"] = {w: stores.count(w) for w in sorted(set(stores))}   # the out stores
+    for dtype, cvt in NARROW_CVT.items():
+        facts[f"cvt_{dtype}"] = sum(bool(cvt.match(op)) for op in body)
+    # kernel argument offsets (metadata) and those the code reads: an unread argument is unused
+    facts["kernarg_offsets"] = [int(v) for v in re.findall(r"^\s+(?:- )?\.offset:\s+(\d+)", isa, re.M)]
+    facts["kernarg_loads"] = sorted({int(v, 0) for v in KERNARG_LOAD.findall(isa)})
     return facts
 
 

@@ -93,7 +93,8 @@ class OpusBackend(BackendBase):
         return grid_sizes(dataclasses.replace(inst, ctas_per_sm=ctas_for_heads(inst.ctas_per_sm, key.heads)), key)
 
     def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
-               query_start_loc, row_ends, out, out_offsets, records, *, path_stats=None) -> None:
+               query_start_loc, row_ends, out, out_offsets, records, row_starts=None, *,
+               path_stats=None) -> None:
         """`path_stats` (tests only): an int64 [2] the i8 body adds its fast / canonical stage
         counts to."""
         module = jit.load()
@@ -106,7 +107,7 @@ class OpusBackend(BackendBase):
                           block_tables, query_start_loc, row_ends, out, out_offsets,
                           records if mode == "table" else None, cfg.heads, cfg.page_size,
                           cfg.pages_per_block, cfg.gather, cfg.max_seq_len, grid_x, parts, stream,
-                          path_stats)
+                          path_stats, row_starts)
         except ValueError as e:  # the launcher's own checks (csrc/checks.h); nothing was launched
             raise InputError(str(e)) from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 import triton
 
 from ...core.instance import Instance, Reason, ok_if
@@ -76,9 +77,11 @@ class TritonBackend(BackendBase):
             [i for i in INSTANCES if i.family == fam and not self.instance_supports(i, key)], key)]
 
     def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
-               query_start_loc, row_ends, out, out_offsets, records) -> None:
+               query_start_loc, row_ends, out, out_offsets, records, row_starts=None) -> None:
         flat = out_offsets is not None
+        starts = row_starts is not None
         pointers = (q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
+                    row_starts if starts else row_ends,
                     out, out_offsets if flat else row_ends, records if records is not None else row_ends)
         # sizes (do_not_specialize: only their width matters; row_ends are clamped to max_seq_len,
         # which the checked table and out cover), then the specialized strides
@@ -87,7 +90,7 @@ class TritonBackend(BackendBase):
         strides = (weights.stride(0), block_tables.stride(0), 0 if flat else out.stride(0))
         ints = (*sizes, *strides, cfg.prefill_grid[1])
         grid = (*cfg.prefill_grid, 1) if mode == "prefill" else (cfg.table_grid, 1, 1)
-        key = (id(cfg), mode, flat, *[p.data_ptr() % 16 == 0 for p in pointers],
+        key = (id(cfg), mode, flat, starts, out.dtype, *[p.data_ptr() % 16 == 0 for p in pointers],
                *[(v == 1, v % 16 == 0, -2**31 <= v < 2**31) for v in strides], max(sizes) < 2**31)
         hit = self._compiled.get(key)
         if hit is not None and hit[0] is cfg:
@@ -99,7 +102,7 @@ class TritonBackend(BackendBase):
         constexprs = (cfg.heads, cfg.heads.bit_length() - 1, cfg.head_dim, cfg.page_size, cfg.pages_per_block,
                       cfg.gather, inst.rows, inst.block_n, MMA_KINDS[inst.family], MODE_CODES[mode],
                       seq_lanes(cfg.max_seqs) if mode == "free" else 1,  # SEQ_P2: Free only
-                      flat, interp)
+                      flat, starts, out.dtype != torch.float32, interp)
         compiled = _kernels().mqa_logits_kernel[grid](
             *pointers, *ints, *constexprs,
             num_warps=inst.warps, num_stages=inst.stages, enable_fp_fusion=False)

@@ -56,9 +56,10 @@ MODE_CODE = {m: MODE_CODES[m] for m in ("free", "prefill")}  # the modes `isa` c
 _ISA_HEADS = 64
 
 # mqa_logits_kernel's runtime arguments as backend.launch() passes them for a non-flat output:
-# oo_ptr and sched_ptr receive row_ends (int32) there; Python ints below 2^31 specialize to i32.
+# rs_ptr, oo_ptr and sched_ptr receive row_ends (int32) there (no row_starts: HAS_STARTS off);
+# Python ints below 2^31 specialize to i32.
 _SIGNATURE = {"q_ptr": "*u8", "qs_ptr": "*u8", "kv_ptr": "*u8", "ks_ptr": "*u8", "w_ptr": "*fp32",
-              "bt_ptr": "*i32", "qsl_ptr": "*i32", "re_ptr": "*i32", "out_ptr": "*fp32",
+              "bt_ptr": "*i32", "qsl_ptr": "*i32", "re_ptr": "*i32", "rs_ptr": "*i32", "out_ptr": "*fp32",
               "oo_ptr": "*i32", "sched_ptr": "*i32", "num_seqs": "i32", "num_rows": "i32",
               "num_pages": "i32", "seq_cap": "i32", "out_numel": "i32", "stride_w": "i32",
               "stride_bt": "i32", "stride_out": "i32", "parts": "i32"}
@@ -136,7 +137,7 @@ def compile_isa(job: dict) -> dict:
     consts = dict(HEADS=job["heads"], LOG2_H=job["heads"].bit_length() - 1, D=128, PAGE=64, PPB=1,
                   GATHER=False, R=job["rows"], BLOCK_N=job["block_n"], MMA=job["mma_kind"],
                   MODE=MODE_CODE[job["mode"]], SEQ_P2=job["seq_p2"], FLAT_OUT=False,
-                  INTERP=False)
+                  HAS_STARTS=False, NARROW_OUT=False, INTERP=False)
     signature = dict(_SIGNATURE, **{name: "constexpr" for name in consts})
     attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in _DIVISIBLE}
     target_args, shared_budget = ISA_TARGETS[job["target"]]

@@ -5,16 +5,17 @@ BLOCK_N keys: every key tile it loads is shared by the group's rows. The three s
 differ only in how (row group, key tile) work is handed to programs; the per-cell arithmetic is
 docs/numerics.md's canonical order in all of them, so they are bitwise identical.
 
-Work units (Free and Table): sequence b has ceil(rows_b / R) groups, each with
-ceil(end_b / BLOCK_N) key tiles (end_b: the sequence's last row_end); units are numbered
+Work units (Free and Table): sequence b has ceil(rows_b / R) groups, each with the key tiles
+[lo_b, ceil(end_b / BLOCK_N)) (end_b: the sequence's last row_end; lo_b: its first row_start //
+BLOCK_N, 0 without row_starts); units are numbered
 sequence-major, group-major, tile-minor, and program p takes units
 [p * total // G, (p + 1) * total // G). worksplit/rules.py states these rules in plain Python;
 every backend's kernels transcribe it, and worksplit/kernel.py's `cta_range` (shared with the
 Table-records kernel) is Free mode's split here.
 
 Memory safety (docs/contract.md, "Memory safety"): every read of query_start_loc is clamped into
-[0, num_rows] and of row_ends into [0, seq_cap]; a flat out's row is cut at out_numel and a
-negative offset writes nothing; a key whose page lies outside [0, num_pages) is not loaded and
+[0, num_rows], of row_ends into [0, seq_cap] and of row_starts into [0, the row's end]; a flat
+out's row is cut at out_numel and a negative offset writes nothing; a key whose page lies outside [0, num_pages) is not loaded and
 gets a NaN scale, so its cells are NaN. None of it changes a valid input's bits.
 """
 
@@ -22,7 +23,7 @@ import triton
 import triton.language as tl
 
 from ...core.modes import MODE_CODES
-from ...worksplit.kernel import RECORD_INTS, cta_range, row_end, seq_start
+from ...worksplit.kernel import RECORD_INTS, cta_range, row_end, row_start, seq_start, seq_tiles
 from .instances import MMA_KINDS
 
 MODE_TABLE: tl.constexpr = tl.constexpr(MODE_CODES["table"])
@@ -94,6 +95,19 @@ def _k_term(kv_ptr, ks_ptr, slot, kmask, blk: tl.constexpr, qop, qsc, DB: tl.con
 
 
 @triton.jit
+def _narrow(v, dtype: tl.constexpr, INTERP: tl.constexpr):
+    """float32 -> the out's bfloat16 / float16, rounded once to nearest-even (NaN and +-Inf kept).
+    The interpreter truncates float32 -> bfloat16, so there the rounding is done on the bits."""
+    if INTERP and dtype == tl.bfloat16:
+        bits = v.to(tl.uint32, bitcast=True)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        bits = tl.where(v != v, (bits >> 16) | 0x40, rounded)  # a NaN stays a (quiet) NaN
+        return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        return v.to(dtype, fp_downcast_rounding="rtne")
+
+
+@triton.jit
 def _halves(v, N: tl.constexpr, R: tl.constexpr, M: tl.constexpr):
     """[N, R, M] -> ([N, R, M/2] first half, [N, R, M/2] second half)."""
     v = tl.permute(tl.reshape(v, [N, R, 2, M // 2]), [0, 1, 3, 2])
@@ -114,13 +128,15 @@ def _weighted_head_sum(x, w, N: tl.constexpr, R: tl.constexpr, H: tl.constexpr,
 
 
 @triton.jit
-def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, oo_ptr,
+def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, rs_ptr, out_ptr, oo_ptr,
                  num_pages, seq_cap, out_numel, stride_w, stride_bt, stride_out,
                  b, r0, r1, t0, t1,
                  HEADS: tl.constexpr, LOG2_H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, PPB: tl.constexpr,
                  GATHER: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr,
-                 MMA: tl.constexpr, FLAT_OUT: tl.constexpr, INTERP: tl.constexpr):
-    """Rows [r0, r1) of sequence b (at most R) against key tiles [t0, t1)."""
+                 MMA: tl.constexpr, FLAT_OUT: tl.constexpr, HAS_STARTS: tl.constexpr, NARROW_OUT: tl.constexpr,
+                 INTERP: tl.constexpr):
+    """Rows [r0, r1) of sequence b (at most R) against key tiles [t0, t1): row r stores keys
+    [start_r, end_r), the float32 result rounded once to nearest-even for a narrow out."""
     C: tl.constexpr = R * HEADS
     DB: tl.constexpr = D // 2       # bytes of a key or a q head
     NB: tl.constexpr = D // 32      # scale blocks
@@ -134,6 +150,8 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
     rows = r0 + tl.arange(0, R)
     rmask = rows < r1
     rend = row_end(re_ptr, rows, seq_cap, rmask)
+    rbeg = row_start(rs_ptr, rows, rend, rmask, HAS_STARTS)
+    gbeg = tl.min(tl.where(rmask, rbeg, seq_cap), axis=0)  # tiles before it store nothing
     if FLAT_OUT:  # a row ends at the flat out's end; a negative offset writes nothing
         obase = tl.load(oo_ptr + rows, mask=rmask, other=0)
         room = tl.maximum(out_numel - obase, 0)
@@ -157,9 +175,9 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
         bS = tl.arange(0, NB)
         qb = tl.load(q_ptr + qhead[:, None] * DB + bD[None, :], mask=cmask[:, None], other=0)
         qsc = tl.load(qs_ptr + qhead[:, None] * NB + bS[None, :], mask=cmask[:, None], other=127)
-    for t in range(t0, t1):
+    for t in range(tl.maximum(t0, gbeg // BLOCK_N), t1):
         keys = t * BLOCK_N + tl.arange(0, BLOCK_N)
-        kmask = keys < gend
+        kmask = (keys >= gbeg) & (keys < gend)
         entry = tl.load(bt_row + keys // (PAGE * PPB), mask=kmask, other=0)
         page = entry.to(tl.int64) * PPB + (keys // PAGE) % PPB
         kmask = kmask & (entry >= 0) & (page < num_pages)  # a page outside the cache: not read, NaN
@@ -175,20 +193,23 @@ def _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, 
             s = s + _k_term(kv_ptr, ks_ptr, slot, kmask, 3, q3, sq3, DB, NB, MMA, INTERP)
         x = tl.maximum(s, 0.0, propagate_nan=tl.PropagateNan.ALL)
         v = _weighted_head_sum(x, w, BLOCK_N, R, HEADS, LOG2_H)
-        smask = (keys[:, None] < rend[None, :]) & rmask[None, :]
+        smask = (keys[:, None] >= rbeg[None, :]) & (keys[:, None] < rend[None, :]) & rmask[None, :]
+        if NARROW_OUT:
+            v = _narrow(v, out_ptr.dtype.element_ty, INTERP)
         tl.store(out_ptr + obase[None, :] + keys[:, None], v, mask=smask)
 
 
 # shape-dependent ints: one compile serves every shape
 @triton.jit(do_not_specialize=["num_seqs", "num_rows", "num_pages", "seq_cap", "out_numel", "parts"])
-def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_ptr,
+def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_ptr, rs_ptr,
                       out_ptr, oo_ptr, sched_ptr,
                       num_seqs, num_rows, num_pages, seq_cap, out_numel,
                       stride_w, stride_bt, stride_out, parts,
                       HEADS: tl.constexpr, LOG2_H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, PPB: tl.constexpr,
                       GATHER: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr,
                       MMA: tl.constexpr, MODE: tl.constexpr,
-                      SEQ_P2: tl.constexpr, FLAT_OUT: tl.constexpr, INTERP: tl.constexpr):
+                      SEQ_P2: tl.constexpr, FLAT_OUT: tl.constexpr, HAS_STARTS: tl.constexpr,
+                      NARROW_OUT: tl.constexpr, INTERP: tl.constexpr):
     pid = tl.program_id(0)
     if MODE == MODE_PREFILL:
         # program (g, p): global rows [g*R, g*R + R), split per sequence, key tiles cut in `parts`
@@ -210,12 +231,13 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
             r0 = tl.maximum(row0, qa)
             r1 = tl.minimum(chunk_end, qb)
             end = row_end(re_ptr, r1 - 1, seq_cap, r1 > r0)
-            ntiles = tl.cdiv(end, BLOCK_N)
-            t0 = (part * ntiles) // parts
-            t1 = ((part + 1) * ntiles) // parts
-            _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, oo_ptr,
+            lo, span = seq_tiles(rs_ptr, r0, end, r1 > r0, BLOCK_N, HAS_STARTS)
+            t0 = lo + (part * span) // parts
+            t1 = lo + ((part + 1) * span) // parts
+            _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, rs_ptr, out_ptr, oo_ptr,
                          num_pages, seq_cap, out_numel, stride_w, stride_bt, stride_out, b, r0, r1, t0, t1,
-                         HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FLAT_OUT, INTERP)
+                         HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FLAT_OUT, HAS_STARTS, NARROW_OUT,
+                         INTERP)
             b += 1
             qa = qb
     else:
@@ -226,14 +248,15 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
             b = tl.load(rec + 2)
             base = tl.load(rec + 3)
         else:
-            u, u_end, b, base = cta_range(qsl_ptr, re_ptr, num_seqs, num_rows, seq_cap, pid,
-                                          tl.num_programs(0), R, BLOCK_N, SEQ_P2)
+            u, u_end, b, base = cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid,
+                                          tl.num_programs(0), R, BLOCK_N, SEQ_P2, HAS_STARTS)
         while (u < u_end) & (b < num_seqs) & (b >= 0):  # b < 0: only from corrupted records
             qa = seq_start(qsl_ptr, b, num_rows, None)
             qb = tl.maximum(seq_start(qsl_ptr, b + 1, num_rows, None), qa)
             end = row_end(re_ptr, qb - 1, seq_cap, qb > qa)
-            ntiles = tl.maximum(tl.cdiv(end, BLOCK_N), 1)
-            units = tl.cdiv(qb - qa, R) * tl.cdiv(end, BLOCK_N)
+            tlo, span = seq_tiles(rs_ptr, qa, end, qb > qa, BLOCK_N, HAS_STARTS)
+            ntiles = tl.maximum(span, 1)
+            units = tl.cdiv(qb - qa, R) * span
             lo = tl.maximum(u - base, 0)  # negative only for corrupted records
             hi = tl.minimum(u_end - base, units)
             u = tl.where(hi > lo, base + hi, u)
@@ -243,10 +266,11 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
                 t1 = tl.minimum(hi - j * ntiles, ntiles)
                 r0 = qa + j * R
                 r1 = tl.minimum(r0 + R, qb)
-                _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, out_ptr, oo_ptr,
+                _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, rs_ptr, out_ptr, oo_ptr,
                              num_pages, seq_cap, out_numel, stride_w, stride_bt, stride_out,
-                             b, r0, r1, t0, t1,
-                             HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FLAT_OUT, INTERP)
+                             b, r0, r1, tlo + t0, tlo + t1,
+                             HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FLAT_OUT, HAS_STARTS,
+                             NARROW_OUT, INTERP)
                 lo = (j + 1) * ntiles
             base += units
             b += 1

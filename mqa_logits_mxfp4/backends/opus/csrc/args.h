@@ -10,6 +10,9 @@ namespace opus {
 
 // Mode codes: core/modes.py's MODE_CODES (tests/test_structure.py checks that they agree).
 enum Mode : int32_t { kModeTable = 0, kModeFree = 1, kModePrefill = 2 };
+// What `out` holds: core/outputs.py's OUT_CODES (the same check): the float32 result, or that
+// result rounded once to nearest-even.
+enum OutKind : int32_t { kOutF32 = 0, kOutBF16 = 1, kOutF16 = 2 };
 
 constexpr int kHeadDim = 128;          // elements a head / a key
 constexpr int kHeadBytes = 64;         // E2M1 bytes a head / a key
@@ -26,15 +29,16 @@ struct LaunchArgs {
   const int32_t* block_tables; // [>= num_seqs (gather: num_rows), bt_cols], unit column stride
   const int32_t* qsl;          // [num_seqs + 1]
   const int32_t* row_ends;     // [num_rows]
-  float* out;                  // 2-D [>= num_rows, out_cols] (row stride stride_out) or flat [out_numel]
+  const int32_t* row_starts;   // [num_rows], or null: every window starts at key 0
+  void* out;                   // out_kind elements: 2-D [>= num_rows, out_cols] (row stride stride_out) or flat [out_numel]
   const int64_t* out_offsets;  // [>= num_rows] for a flat out, else null
   const int32_t* records;      // [>= grid_x, kRecordInts] in Table mode, else null
   unsigned long long* path_stats;  // [2] or null: stages a body scored on its fast / canonical path (tests)
 
   int64_t stride_w;            // elements between weight rows
   int64_t stride_bt;           // entries between block-table rows
-  int64_t stride_out;          // floats between out rows (2-D)
-  int64_t out_numel;           // floats in a flat out
+  int64_t stride_out;          // elements between out rows (2-D)
+  int64_t out_numel;           // elements in a flat out
   int64_t num_pages;
   int32_t out_cols;            // 2-D out: columns a row may write
   int32_t bt_cols;             // block-table columns
@@ -48,6 +52,8 @@ struct LaunchArgs {
   FastDiv ppb_div;             // division by pages_per_block
   int32_t gather;
   int32_t weights_bf16;
+  int32_t out_kind;            // OutKind
+  int32_t out_bytes;           // bytes an out element: 4, or 2 for a narrow out
   int32_t mode;                // Mode
   int32_t grid_x;              // Table/Free: programs; Prefill: row groups
   int32_t parts;               // Prefill: key-tile parts per row group (grid y)

@@ -21,6 +21,7 @@ opus::TensorDesc describe(const at::Tensor& t) {
     case at::kLong: d.dtype = opus::kI64; break;
     case at::kFloat: d.dtype = opus::kF32; break;
     case at::kBFloat16: d.dtype = opus::kBF16; break;
+    case at::kHalf: d.dtype = opus::kF16; break;
     default: d.dtype = opus::kOtherDType; break;
   }
   d.ndim = (int32_t)t.dim();
@@ -70,11 +71,12 @@ void launch(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Te
             const at::Tensor& out, const std::optional<at::Tensor>& out_offsets,
             const std::optional<at::Tensor>& records, int64_t heads, int64_t page_size, int64_t pages_per_block,
             bool gather, int64_t max_seq_len, int64_t grid_x, int64_t parts, int64_t stream,
-            const std::optional<at::Tensor>& path_stats) {
+            const std::optional<at::Tensor>& path_stats, const std::optional<at::Tensor>& row_starts) {
   opus::CallDesc c = make_call(instance_id, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
                                      query_start_loc, row_ends, out, out_offsets, records, heads, page_size,
                                      pages_per_block, gather, max_seq_len, grid_x, parts);
   if (path_stats.has_value()) c.path_stats = describe(*path_stats);
+  if (row_starts.has_value()) c.row_starts = describe(*row_starts);
   if (!out.is_cuda()) throw std::invalid_argument("opus: out must be on a GPU; got " + out.device().str());
   opus::launch(c, reinterpret_cast<void*>(static_cast<intptr_t>(stream)));
 }
@@ -84,10 +86,13 @@ std::string validate(int64_t instance_id, int64_t mode, const at::Tensor& q, con
                      const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& row_ends,
                      const at::Tensor& out, const std::optional<at::Tensor>& out_offsets,
                      const std::optional<at::Tensor>& records, int64_t heads, int64_t page_size,
-                     int64_t pages_per_block, bool gather, int64_t max_seq_len, int64_t grid_x, int64_t parts) {
-  return opus::validate(make_call(instance_id, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
-                                  query_start_loc, row_ends, out, out_offsets, records, heads, page_size,
-                                  pages_per_block, gather, max_seq_len, grid_x, parts));
+                     int64_t pages_per_block, bool gather, int64_t max_seq_len, int64_t grid_x, int64_t parts,
+                     const std::optional<at::Tensor>& row_starts) {
+  opus::CallDesc c = make_call(instance_id, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
+                               query_start_loc, row_ends, out, out_offsets, records, heads, page_size,
+                               pages_per_block, gather, max_seq_len, grid_x, parts);
+  if (row_starts.has_value()) c.row_starts = describe(*row_starts);
+  return opus::validate(c);
 }
 
 pybind11::list registry() {
@@ -126,8 +131,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("query_start_loc"), pybind11::arg("row_ends"), pybind11::arg("out"), pybind11::arg("out_offsets"),
         pybind11::arg("records"), pybind11::arg("heads"), pybind11::arg("page_size"), pybind11::arg("pages_per_block"),
         pybind11::arg("gather"), pybind11::arg("max_seq_len"), pybind11::arg("grid_x"), pybind11::arg("parts"),
-        pybind11::arg("stream"), pybind11::arg("path_stats") = pybind11::none());
-  m.def("validate", &validate, "the launcher's checks without a launch: '' or the broken rule");
+        pybind11::arg("stream"), pybind11::arg("path_stats") = pybind11::none(),
+        pybind11::arg("row_starts") = pybind11::none());
+  m.def("validate", &validate, "the launcher's checks without a launch: '' or the broken rule",
+        pybind11::arg("instance_id"), pybind11::arg("mode"), pybind11::arg("q"), pybind11::arg("q_scale"),
+        pybind11::arg("kv_cache"), pybind11::arg("kv_scale"), pybind11::arg("weights"), pybind11::arg("block_tables"),
+        pybind11::arg("query_start_loc"), pybind11::arg("row_ends"), pybind11::arg("out"), pybind11::arg("out_offsets"),
+        pybind11::arg("records"), pybind11::arg("heads"), pybind11::arg("page_size"), pybind11::arg("pages_per_block"),
+        pybind11::arg("gather"), pybind11::arg("max_seq_len"), pybind11::arg("grid_x"), pybind11::arg("parts"),
+        pybind11::arg("row_starts") = pybind11::none());
   m.def("registry", &registry, "every registry entry (registry.h) as a dict");
   m.def("target", &opus::target, "the target this build's kernels are for");
 }

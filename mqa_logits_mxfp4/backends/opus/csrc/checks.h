@@ -15,7 +15,7 @@
 
 namespace opus {
 
-enum DType : int32_t { kU8 = 0, kI32 = 1, kI64 = 2, kF32 = 3, kBF16 = 4, kOtherDType = 9 };
+enum DType : int32_t { kU8 = 0, kI32 = 1, kI64 = 2, kF32 = 3, kBF16 = 4, kF16 = 5, kOtherDType = 9 };
 
 inline const char* dtype_name(int32_t d) {
   switch (d) {
@@ -24,6 +24,7 @@ inline const char* dtype_name(int32_t d) {
     case kI64: return "int64";
     case kF32: return "float32";
     case kBF16: return "bfloat16";
+    case kF16: return "float16";
     default: return "another dtype";
   }
 }
@@ -43,6 +44,7 @@ struct CallDesc {
   int32_t instance_id = -1;
   int32_t mode = -1;
   TensorDesc q, q_scale, kv, kv_scale, weights, block_tables, qsl, row_ends, out, out_offsets, records;
+  TensorDesc row_starts;  // optional int32 [rows]: see LaunchArgs::row_starts
   TensorDesc path_stats;  // optional int64 [2]: see LaunchArgs::path_stats
   int32_t heads = 0, page_size = 0, pages_per_block = 0, gather = 0, max_seq_len = 0;
   int32_t grid_x = 0, parts = 0;
@@ -72,10 +74,11 @@ struct Checker {
     if (err.empty()) err = msg;
     return false;
   }
-  bool dtype(const char* name, const TensorDesc& t, int32_t want, int32_t alt = -1) {
-    if (t.dtype == want || t.dtype == alt) return true;
+  bool dtype(const char* name, const TensorDesc& t, int32_t want, int32_t alt = -1, int32_t alt2 = -1) {
+    if (t.dtype == want || t.dtype == alt || t.dtype == alt2) return true;
     std::string w = dtype_name(want);
-    if (alt >= 0) w += std::string(" or ") + dtype_name(alt);
+    if (alt >= 0) w += std::string(alt2 >= 0 ? ", " : " or ") + dtype_name(alt);
+    if (alt2 >= 0) w += std::string(" or ") + dtype_name(alt2);
     return fail(std::string(name) + " must be " + w + "; got " + dtype_name(t.dtype));
   }
   bool ndim(const char* name, const TensorDesc& t, int want) {
@@ -132,7 +135,7 @@ inline std::string check_call(const CallDesc& c, const InstanceInfo& inst, Launc
   ok = k.dtype("q", c.q, kU8) && k.dtype("q_scale", c.q_scale, kU8) && k.dtype("kv_cache", c.kv, kU8) &&
        k.dtype("kv_scale", c.kv_scale, kU8) && k.dtype("weights", c.weights, kF32, kBF16) &&
        k.dtype("block_tables", c.block_tables, kI32) && k.dtype("query_start_loc", c.qsl, kI32) &&
-       k.dtype("row_ends", c.row_ends, kI32) && k.dtype("out", c.out, kF32);
+       k.dtype("row_ends", c.row_ends, kI32) && k.dtype("out", c.out, kF32, kBF16, kF16);
   ok = ok && k.ndim("q", c.q, 3) && k.ndim("q_scale", c.q_scale, 3) && k.ndim("kv_cache", c.kv, 3) &&
        k.ndim("kv_scale", c.kv_scale, 3) && k.ndim("weights", c.weights, 2) &&
        k.ndim("block_tables", c.block_tables, 2) && k.ndim("query_start_loc", c.qsl, 1) &&
@@ -167,6 +170,9 @@ inline std::string check_call(const CallDesc& c, const InstanceInfo& inst, Launc
        (c.block_tables.sizes[0] <= 1 || c.block_tables.strides[0] >= c.block_tables.sizes[1] ||
         k.fail("block_tables rows overlap: row stride " + std::to_string(c.block_tables.strides[0])));
   ok = ok && k.contig("query_start_loc", c.qsl) && k.contig("row_ends", c.row_ends);
+  ok = ok && (!c.row_starts.present() ||
+              (k.dtype("row_starts", c.row_starts, kI32) && k.ndim("row_starts", c.row_starts, 1) &&
+               k.size("row_starts", c.row_starts, 0, rows) && k.contig("row_starts", c.row_starts)));
   if (flat) {
     ok = ok && k.contig("out", c.out) && k.size("out_offsets", c.out_offsets, 0, rows, true) &&
          k.contig("out_offsets", c.out_offsets);
@@ -202,6 +208,7 @@ inline std::string check_call(const CallDesc& c, const InstanceInfo& inst, Launc
        k.device("weights", c.weights, dev) && k.device("block_tables", c.block_tables, dev) &&
        k.device("query_start_loc", c.qsl, dev) && k.device("row_ends", c.row_ends, dev) &&
        (!flat || k.device("out_offsets", c.out_offsets, dev)) &&
+       (!c.row_starts.present() || k.device("row_starts", c.row_starts, dev)) &&
        (c.mode != kModeTable || k.device("records", c.records, dev)) &&
        (!c.path_stats.present() || k.device("path_stats", c.path_stats, dev));
   ok = ok && (!c.path_stats.present() ||
@@ -219,7 +226,10 @@ inline std::string check_call(const CallDesc& c, const InstanceInfo& inst, Launc
   o.block_tables = static_cast<const int32_t*>(c.block_tables.ptr);
   o.qsl = static_cast<const int32_t*>(c.qsl.ptr);
   o.row_ends = static_cast<const int32_t*>(c.row_ends.ptr);
-  o.out = static_cast<float*>(const_cast<void*>(c.out.ptr));
+  o.row_starts = c.row_starts.present() ? static_cast<const int32_t*>(c.row_starts.ptr) : nullptr;
+  o.out = const_cast<void*>(c.out.ptr);
+  o.out_kind = c.out.dtype == kF32 ? kOutF32 : c.out.dtype == kBF16 ? kOutBF16 : kOutF16;
+  o.out_bytes = o.out_kind == kOutF32 ? 4 : 2;
   o.out_offsets = flat ? static_cast<const int64_t*>(c.out_offsets.ptr) : nullptr;
   o.records = c.mode == kModeTable ? static_cast<const int32_t*>(c.records.ptr) : nullptr;
   o.path_stats = c.path_stats.present() ? static_cast<unsigned long long*>(const_cast<void*>(c.path_stats.ptr)) : nullptr;

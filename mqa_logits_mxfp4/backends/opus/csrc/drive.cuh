@@ -44,13 +44,15 @@ OPUS_DEV CtaRange cta_range_scan(const SeqView& sv, int rows, int pid, int nprog
   return cr;
 }
 
-// Keys row `row` stores (0 for a dead row) and the out offset of its key 0: the window is cut
-// at the out width (2-D out) or kept inside [0, out_numel) (flat out with offsets).
-OPUS_DEV void row_window(const LaunchArgs& args, int row, bool live, int& end, long long& base) {
-  int e = 0;
+// The keys [beg, end) row `row` stores (empty for a dead row) and the out offset of its key 0:
+// the window starts at row_starts (clamped into [0, the row's end]) and is cut at the out width
+// (2-D out) or kept inside [0, out_numel) (flat out with offsets).
+OPUS_DEV void row_window(const LaunchArgs& args, int row, bool live, int& beg, int& end, long long& base) {
+  int e = 0, s = 0;
   long long b = 0;
   if (live) {
     e = imin(imax(args.row_ends[row], 0), args.key_cap);
+    if (args.row_starts != nullptr) s = imin(imax(args.row_starts[row], 0), e);
     if (args.out_offsets != nullptr) {
       b = args.out_offsets[row];
       const long long room = args.out_numel - b;
@@ -60,9 +62,22 @@ OPUS_DEV void row_window(const LaunchArgs& args, int row, bool live, int& end, l
       e = imin(e, args.out_cols);
     }
   }
+  beg = s;
   end = e;
   base = b;
 }
+
+// Element i of the out at `row` (a byte address in it): the float32 value, or its once-rounded
+// narrow form.
+OPUS_DEV void store_at(const LaunchArgs& args, char* row, long long i, float v) {
+  if (args.out_kind == kOutF32)
+    reinterpret_cast<float*>(row)[i] = v;
+  else
+    reinterpret_cast<uint16_t*>(row)[i] = args.out_kind == kOutBF16 ? f32_to_bf16_rn(v) : f32_to_f16_rn(v);
+}
+// The out's element `idx` (a row's base plus its key) as a byte address.
+OPUS_DEV char* out_cell(const LaunchArgs& args, long long idx) { return static_cast<char*>(args.out) + idx * args.out_bytes; }
+OPUS_DEV void store_out(const LaunchArgs& args, long long idx, float v) { store_at(args, static_cast<char*>(args.out), idx, v); }
 
 // Weight of (row, head) as fp32 (bf16 or fp32 weights).
 OPUS_DEV float head_weight(const LaunchArgs& args, int row, int h) {
@@ -72,20 +87,26 @@ OPUS_DEV float head_weight(const LaunchArgs& args, int row, int h) {
 }
 
 // Start piece p: its rows and block-table row into the scorer, the scorer's setup_group()
-// (the group's operands into shared memory), then the group's last key tile: the tiles a
-// piece scores end there (later tiles store nothing).
+// (the group's operands into shared memory), then the group's key range [gbeg, gend) (the rows'
+// smallest window start, largest end) and the tiles [t_lo, t_hi) of the piece that hold keys of
+// it (the others store nothing). Dead rows have empty windows at key 0: they do not lower gbeg.
 template <int R, class Scorer>
-OPUS_DEV int stage_group(Scorer& s, const Piece& p, const int* rend) {
+OPUS_DEV void stage_group(Scorer& s, const Piece& p, const int* rbeg, const int* rend, int& t_lo, int& t_hi) {
   __syncthreads();  // the previous piece is done with shared memory
   s.r0 = p.r0;
   s.r1 = p.r1;
   s.bt_row = s.args.block_tables + (long long)(s.args.gather ? p.r0 : p.b) * s.args.stride_bt;
   s.setup_group();
   __syncthreads();
+  s.gbeg = 0x7FFFFFFF;
   s.gend = 0;
 #pragma unroll
-  for (int r = 0; r < R; ++r) s.gend = imax(s.gend, rend[r]);
-  return imin(p.t1, cdiv_nonneg(s.gend, kBlockN));
+  for (int r = 0; r < R; ++r) {
+    if (p.r0 + r < p.r1) s.gbeg = imin(s.gbeg, rbeg[r]);
+    s.gend = imax(s.gend, rend[r]);
+  }
+  t_lo = imax(p.t0, s.gbeg / kBlockN);
+  t_hi = imin(p.t1, cdiv_nonneg(s.gend, kBlockN));
 }
 
 template <int LANES, CtaRange (*RANGE)(const SeqView&, int, int, int, int), class Scorer>

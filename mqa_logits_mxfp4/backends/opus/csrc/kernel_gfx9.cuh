@@ -86,7 +86,7 @@ struct Lds : FullOperands<M, R, Shape<M, R, H>::MT> {
   float sq[R][kScaleBlocks][S::G][S::SLOTS];         // query scales, [row][block][lane group][slot]
   float w[R][S::G][S::SLOTS];                        // weights, [row][lane group][slot]
   long long obase[R];
-  int rend[R];
+  int rbeg[R], rend[R];  // keys [rbeg, rend) each row stores (empty: a dead row)
   int range[4];
 };
 
@@ -114,7 +114,7 @@ struct Scorer {
   const LaunchArgs& args;
   L& lds;
   int tid, lane, wave, grp;
-  int r0, r1, gend;
+  int r0, r1, gbeg, gend;
   bool full_group = false;  // kFull: every live head's scales and weight admit the full path
   const int32_t* bt_row;
 
@@ -152,7 +152,7 @@ struct Scorer {
       const int row = r0 + r;
       lds.w[r][g][slot] = row < r1 ? head_weight(args, row, S::G * slot + g) : 0.0f;
     }
-    if (tid < R) row_window(args, r0 + tid, r0 + tid < r1, lds.rend[tid], lds.obase[tid]);
+    if (tid < R) row_window(args, r0 + tid, r0 + tid < r1, lds.rbeg[tid], lds.rend[tid], lds.obase[tid]);
     if constexpr (M::kFull) {
       bool mine = true;
       for (int idx = tid; idx < R * S::MT * 64; idx += S::THREADS) {
@@ -186,8 +186,8 @@ struct Scorer {
   OPUS_DEV void load_key(int tile, KeyRegs<M>& k) const {
     const int n = key_of(tile);
     k.data = typename M::KeyData{};
-    k.scales = 0x7F7F7F7Fu;  // keys past the group's rows: finite, never stored
-    if (n < gend) {
+    k.scales = 0x7F7F7F7Fu;  // keys outside the group's windows: finite, never stored
+    if (n >= gbeg && n < gend) {
       const long long slot = key_slot(args, bt_row, n);
       if (slot >= 0) {
         M::load(args.kv + slot * kHeadBytes, grp, k.data);
@@ -200,7 +200,7 @@ struct Scorer {
 
   // Steps 4 (relu) and 5 of row r from its column sums acc, then the store of key n: level 1
   // fma(x_j, w_j, x_{j+H/2} * w_{j+H/2}), in-lane halving, then the lane groups.
-  OPUS_DEV void finish_row(const float (&acc)[S::MT][S::VPT], int r, int n, int end) const {
+  OPUS_DEV void finish_row(const float (&acc)[S::MT][S::VPT], int r, int n, int beg, int end) const {
     float v[S::SLOTS / 2];
 #pragma unroll
     for (int i = 0; i < S::SLOTS / 2; ++i) {
@@ -213,7 +213,7 @@ struct Scorer {
     float val = v[0];
 #pragma unroll
     for (int m = S::G / 2; m >= 1; m >>= 1) val = fadd_rn(val, warp_xor(val, m * S::TN));  // lane groups g, g + m
-    if (grp == r % S::G && n < end) args.out[lds.obase[r] + n] = val;
+    if (grp == r % S::G && n >= beg && n < end) store_out(args, lds.obase[r] + n, val);
   }
 
   // The full path of a kFull family: one MFMA chain a (row, M-tile) over the whole head_dim with
@@ -227,8 +227,8 @@ struct Scorer {
     if constexpr (M::kPostScale) kfac = M::scale_factor(k.scales);
 #pragma unroll 1
     for (int r = 0; r < R; ++r) {
-      const int end = lds.rend[r];
-      if (tile * kBlockN >= end) continue;  // uniform across the CTA
+      const int beg = lds.rbeg[r], end = lds.rend[r];
+      if (tile * kBlockN >= end) continue;  // uniform across the CTA (a tile before the row's start only stores nothing)
       float acc[S::MT][S::VPT];
 #pragma unroll
       for (int mt = 0; mt < S::MT; ++mt) {
@@ -242,7 +242,7 @@ struct Scorer {
           }
         }
       }
-      finish_row(acc, r, n, end);
+      finish_row(acc, r, n, beg, end);
     }
   }
 
@@ -263,8 +263,8 @@ struct Scorer {
     for (int blk = 0; blk < kScaleBlocks; ++blk) sk[blk] = e8m0_to_f32((k.scales >> (8 * blk)) & 0xFFu);
 #pragma unroll 1
     for (int r = 0; r < R; ++r) {
-      const int end = lds.rend[r];
-      if (tile * kBlockN >= end) continue;  // uniform across the CTA
+      const int beg = lds.rbeg[r], end = lds.rend[r];
+      if (tile * kBlockN >= end) continue;  // uniform across the CTA (a tile before the row's start only stores nothing)
       float acc[S::MT][S::VPT];
 #pragma unroll
       for (int blk = 0; blk < kScaleBlocks; ++blk) {
@@ -280,16 +280,17 @@ struct Scorer {
           }
         }
       }
-      finish_row(acc, r, n, end);
+      finish_row(acc, r, n, beg, end);
     }
   }
 
   OPUS_DEV void score_piece(const Piece& p) {
-    const int t1 = stage_group<R>(*this, p, lds.rend);
-    if (p.t0 >= t1) return;
+    int t0, t1;
+    stage_group<R>(*this, p, lds.rbeg, lds.rend, t0, t1);
+    if (t0 >= t1) return;
     KeyRegs<M> cur, next;
-    load_key(p.t0, cur);
-    for (int tile = p.t0; tile < t1; ++tile) {
+    load_key(t0, cur);
+    for (int tile = t0; tile < t1; ++tile) {
       if (tile + 1 < t1) load_key(tile + 1, next);  // in flight while this tile is scored
       score_tile(cur, tile);
       cur = next;
@@ -304,7 +305,7 @@ OPUS_DEV void kernel_body(const LaunchArgs& args) {
   static_assert(WAVES == Shape<M, R, H>::WAVES, "a wave a TN-key slice of the 64-key tile");
   if constexpr (ON_TARGET) {
     __shared__ Lds<M, R, H> lds;
-    const SeqView sv{args.qsl, args.row_ends, args.num_seqs, args.num_rows, args.key_cap};
+    const SeqView sv = seq_view(args);
     Scorer<M, R, H> scorer(args, lds);
     for_each_piece<64, cta_range_scan>(args, sv, R, lds.range, scorer);
   } else {

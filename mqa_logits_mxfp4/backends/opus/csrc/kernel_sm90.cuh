@@ -153,7 +153,7 @@ struct Smem {
   float2 sq[R][kScaleBlocks][S::NT][4];                 // query scales of columns 2t, 2t+1
   float w[R][4][S::HQ + 1];                             // weights, [row][t][slot] (+1: no bank conflict)
   long long obase[R];                                   // out offset of each row
-  int rend[R];                                          // keys each row stores (0: a dead row)
+  int rbeg[R], rend[R];                                 // keys [rbeg, rend) each row stores (empty: a dead row)
   int range[4];                                         // Free mode: the CTA's unit range
   FoldSmem<FAMILY, R, H, WARPS> fold;
 };
@@ -196,7 +196,7 @@ struct Scorer {
   const LaunchArgs& args;
   Sm& sm;
   int tid, lane, warp, g, tq;
-  int r0, r1, gend;
+  int r0, r1, gbeg, gend;
   const int32_t* bt_row;
 
   OPUS_DEV Scorer(const LaunchArgs& a, Sm& s) : args(a), sm(s) {
@@ -245,7 +245,7 @@ struct Scorer {
       const int row = r0 + r, h = 4 * slot + t;
       sm.w[r][t][slot] = row < r1 ? head_weight(args, row, h) : 0.0f;
     }
-    if (tid < R) row_window(args, r0 + tid, r0 + tid < r1, sm.rend[tid], sm.obase[tid]);
+    if (tid < R) row_window(args, r0 + tid, r0 + tid < r1, sm.rbeg[tid], sm.rend[tid], sm.obase[tid]);
     if constexpr (FOLD) setup_fold();
   }
 
@@ -354,8 +354,8 @@ struct Scorer {
       const int c = tid + S::THREADS * i, key = c >> 2, blk = c & 3;
       const int n = tile * kBlockN + key;
       uint4 d = make_uint4(0u, 0u, 0u, 0u);
-      uint32_t sc = 127u;  // keys past the group's rows: finite, never stored
-      if (n < gend) {
+      uint32_t sc = 127u;  // keys outside the group's windows: finite, never stored
+      if (n >= gbeg && n < gend) {
         const long long slot = key_slot(args, bt_row, n);
         if (slot >= 0) {
           d = *reinterpret_cast<const uint4*>(args.kv + slot * kHeadBytes + blk * 16);
@@ -543,8 +543,8 @@ struct Scorer {
   OPUS_DEV void score_tile(int st, int tile, bool folded) const {
 #pragma unroll 1
     for (int r = 0; r < R; ++r) {
-      const int end = sm.rend[r];
-      if (tile * kBlockN >= end) continue;  // uniform: every thread reads the same value
+      const int beg = sm.rbeg[r], end = sm.rend[r];
+      if (tile * kBlockN >= end || (tile + 1) * kBlockN <= beg) continue;  // uniform: every thread reads the same values
       const long long base = sm.obase[r];
       float acc[S::MT][S::NT][4];
       if constexpr (FOLD) {
@@ -563,21 +563,22 @@ struct Scorer {
         for (int kr = 0; kr < 2; ++kr) {
           const float val = head_sum(acc, m, kr, r);
           const int n = tile * kBlockN + (warp * S::MT + m) * 16 + kr * 8 + g;
-          if (tq == ((kr + r) & 3) && n < end) args.out[base + n] = val;
+          if (tq == ((kr + r) & 3) && n >= beg && n < end) store_out(args, base + n, val);
         }
       }
     }
   }
 
   OPUS_DEV void score_piece(const Piece& p) {
-    const int t1 = stage_group<R>(*this, p, sm.rend);
-    if (p.t0 >= t1) return;
+    int t0, t1;
+    stage_group<R>(*this, p, sm.rbeg, sm.rend, t0, t1);
+    if (t0 >= t1) return;
     TileRegs<S::CHUNKS> regs;
-    load_tile(p.t0, regs);
+    load_tile(t0, regs);
     bool folded = stage_tile(regs, 0);
     __syncthreads();
-    for (int tile = p.t0; tile < t1; ++tile) {
-      const int st = (tile - p.t0) & 1;
+    for (int tile = t0; tile < t1; ++tile) {
+      const int st = (tile - t0) & 1;
       const bool more = tile + 1 < t1;
       // The next tile's loads are issued before this tile is scored, so their latency hides
       // behind the scoring (issued after it, every tile waited a full DRAM round trip: the
@@ -597,7 +598,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_CTAS) mqa_logits_sm90(const La
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& sm = *reinterpret_cast<Smem<FAMILY, R, H, WARPS>*>(smem_raw);
-  const SeqView sv{args.qsl, args.row_ends, args.num_seqs, args.num_rows, args.key_cap};
+  const SeqView sv = seq_view(args);
   Scorer<FAMILY, R, H, WARPS> scorer(args, sm);
   for_each_piece<32, cta_range_scan>(args, sv, R, sm.range, scorer);
 #else

@@ -116,16 +116,16 @@ struct I8Smem {
   float sq[kScaleBlocks][S::N];       // 2^(eq_b - 127)
   float uq[kScaleBlocks][S::N];       // 2^-(shift_b + 2): back from the operand's integers to E2M1
   uint32_t qscale[S::N];              // the column's four scale bytes (pass 2 reads them)
-  long long obase[R];
-  float* optr[R];                     // args.out + obase
-  int rend[R];
+  long long obase[R];                 // out offset of each row's key 0
+  char* optr[R];                      // each row's key 0 in out
+  int rbeg[R], rend[R];               // keys [rbeg, rend) each row stores (inside the piece's own tiles)
   int red[CONS * 4][2];               // per consumer warp: largest qmax, largest exponent of |w'|
   I8Table tables[4];                  // shift 0..3: queries, and keys on the canonical path
   I8Table ktables[4];                 // shift 0..3: keys on the fast path (biased; 3 for keys nobody reads)
   uint64_t full[CONS][S::STAGES];
   uint64_t empty[CONS][S::STAGES];
   int range[4];
-  int piece_keys[CONS][3];            // per consumer warpgroup: its piece's first key, the group's key end, khi
+  int piece_keys[CONS][3];            // per consumer warpgroup: the group's key start and end, khi
 };
 
 template <int R, int H, int CONS>
@@ -136,7 +136,12 @@ struct PieceWalk {
   FreeIter fi{0, 0, 0, 0};
   PrefillIter pi{0, 1};
   bool prefill = false;
-  OPUS_DEV bool next(const SeqView& sv, int rows, Piece& p) { return prefill ? pi.next(sv, p) : fi.next(sv, rows, p); }
+  // the view from the launch's arguments at each call: none of it stays in registers across a
+  // piece (the consumers' stage loop has none to spare)
+  OPUS_DEV bool next(const LaunchArgs& args, int rows, Piece& p) {
+    const SeqView sv = seq_view(args);
+    return prefill ? pi.next(sv, p) : fi.next(sv, rows, p);
+  }
 };
 
 OPUS_DEV PieceWalk make_walk(const LaunchArgs& args, const SeqView& sv, int rows, const int* range) {
@@ -152,22 +157,26 @@ OPUS_DEV PieceWalk make_walk(const LaunchArgs& args, const SeqView& sv, int rows
   return w;
 }
 
-// The keys a piece's row group sees: below the largest row end of its rows. A stage holds the
-// sequence's tiles 2j and 2j + 1 whatever the piece's bounds, so that its path vote is the same
-// in every mode (the pieces of Free, Table and Prefill start at different tiles): it loads and
-// votes on every key below this end, and stores only the piece's own keys.
+// The keys [gbeg, gend) a piece's row group sees: from the smallest window start of its rows to
+// the largest row end. A stage holds the sequence's tiles 2j and 2j + 1 whatever the piece's
+// bounds, so that its path vote is the same in every mode (the pieces of Free, Table and Prefill
+// start at different tiles): it loads and votes on every key in [gbeg, gend), and stores only
+// the piece's own keys.
 template <int R>
-OPUS_DEV int group_key_end(const LaunchArgs& args, const Piece& p) {
-  int gend = 0;
+OPUS_DEV void group_keys(const LaunchArgs& args, const Piece& p, int& gbeg, int& gend) {
+  gbeg = 0x7FFFFFFF;
+  gend = 0;
 #pragma unroll 1
   for (int r = p.r0; r < p.r1 && r < p.r0 + R; ++r) {
-    int e;
+    int s, e;
     long long b;
-    row_window(args, r, true, e, b);
+    row_window(args, r, true, s, e, b);
+    gbeg = imin(gbeg, imin(s, e));  // a start past an end cut at the out stores nothing: gbeg <= gend
     gend = imax(gend, e);
   }
-  return gend;
 }
+// The first key a piece scores: its first tile, or the tile of the group's start.
+OPUS_DEV int piece_first_key(const Piece& p, int gbeg) { return imax(p.t0, gbeg / kBlockN) * kBlockN; }
 // The first key of the stage that holds tile t (stages pair tiles 2j, 2j + 1 of the sequence).
 OPUS_DEV int stage_start(int t) { return (t & ~1) * kBlockN; }
 
@@ -201,14 +210,14 @@ struct I8Producer {
 
   // Keys [n0, n0 + KEYS) in chunks of L = min(page size, 64) keys, each inside one page and
   // contiguous there: lane l copies chunk l with two bulk copies (its 64-byte key rows and its
-  // scale words) that land on the stage's `full` barrier. A chunk at or past `gend` is not
-  // read (the consumers ignore those keys); a chunk whose page lies outside the cache gets NaN
-  // scales and no read.
+  // scale words) that land on the stage's `full` barrier. A chunk wholly outside [gbeg, gend) is
+  // not read (the consumers ignore those keys); a chunk whose page lies outside the cache gets
+  // NaN scales and no read.
   OPUS_DEV int chunk_keys() const { return imin(args.page_size, 64); }  // a power of two, 8..64
   // The cache slot of this lane's chunk of the stage at n0: -2 not read, -1 outside the cache.
-  OPUS_DEV long long chunk_slot(const int32_t* bt_row, int n0, int gend) const {
-    const int k0 = lane * chunk_keys(), n = n0 + k0;
-    return k0 < S::KEYS && n < gend ? key_slot(args, bt_row, n) : -2;
+  OPUS_DEV long long chunk_slot(const int32_t* bt_row, int n0, int gbeg, int gend) const {
+    const int L = chunk_keys(), k0 = lane * L, n = n0 + k0;
+    return k0 < S::KEYS && n < gend && n + L > gbeg ? key_slot(args, bt_row, n) : -2;  // a chunk is in one page
   }
   OPUS_DEV void load_stage_bulk(I8Stage<S::KEYS>& st, uint64_t* full, long long slot) const {
     const int L = chunk_keys(), k0 = lane * L;
@@ -227,14 +236,15 @@ struct I8Producer {
   }
 
   // The same stage key by key with cp.async, for a kv_scale that is only 4-byte aligned:
-  // lane l takes keys l, l + 32, ...; a key at or past `gend` gets zeros and finite scales, one
-  // outside the cache zeros and NaN scales; nothing is read for either.
-  OPUS_DEV void load_stage_keys(I8Stage<S::KEYS>& st, uint64_t* full, const int32_t* bt_row, int n0, int gend) const {
+  // lane l takes keys l, l + 32, ...; a key outside [gbeg, gend) gets zeros and finite scales,
+  // one outside the cache zeros and NaN scales; nothing is read for either.
+  OPUS_DEV void load_stage_keys(I8Stage<S::KEYS>& st, uint64_t* full, const int32_t* bt_row, int n0, int gbeg,
+                                int gend) const {
 #pragma unroll 1
     for (int kk = lane; kk < S::KEYS; kk += 32) {
       const int n = n0 + kk;
       long long slot = -2;  // dead
-      if (n < gend) slot = key_slot(args, bt_row, n);  // -1: outside the cache
+      if (n >= gbeg && n < gend) slot = key_slot(args, bt_row, n);  // -1: outside the cache
       const bool ok = slot >= 0;
       const uint8_t* src = ok ? args.kv + slot * kHeadBytes : args.kv;
 #pragma unroll
@@ -246,22 +256,24 @@ struct I8Producer {
   }
 
   OPUS_DEV void piece(const Piece& p) {
-    const int gend = group_key_end<R>(args, p), kend = imin(gend, p.t1 * kBlockN);
-    if (p.t0 * kBlockN >= kend) return;  // the consumers skip it too (its first stage may start below kend)
+    int gbeg, gend;
+    group_keys<R>(args, p, gbeg, gend);
+    const int kbeg = piece_first_key(p, gbeg), kend = imin(gend, p.t1 * kBlockN);
+    if (kbeg >= kend) return;  // the consumers skip it too (its first stage may start below kend)
     const int32_t* bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;
     constexpr int STEP = S::KEYS * CONS;
-    int n0 = stage_start(p.t0) + S::KEYS * c;
-    long long slot = bulk ? chunk_slot(bt_row, n0, gend) : -2;
+    int n0 = stage_start(kbeg / kBlockN) + S::KEYS * c;
+    long long slot = bulk ? chunk_slot(bt_row, n0, gbeg, gend) : -2;
 #pragma unroll 1
     for (; n0 < kend; n0 += STEP, ring.advance()) {
       // the next stage's table entry is read while this stage waits for its slot and copies
-      const long long next = bulk ? chunk_slot(bt_row, n0 + STEP, gend) : -2;
+      const long long next = bulk ? chunk_slot(bt_row, n0 + STEP, gbeg, gend) : -2;
       const int s = ring.slot;
       mbar_wait(&sm.empty[c][s], ring.phase ^ 1u);
       if (bulk)
         load_stage_bulk(sm.stage[c][s], &sm.full[c][s], slot);
       else
-        load_stage_keys(sm.stage[c][s], &sm.full[c][s], bt_row, n0, gend);
+        load_stage_keys(sm.stage[c][s], &sm.full[c][s], bt_row, n0, gbeg, gend);
       slot = next;
     }
   }
@@ -282,17 +294,18 @@ struct I8Consumer {
   bool count_paths = false;  // path_stats given and this is its warpgroup's first thread
   RingPos<S::STAGES> ring;
   int r0 = 0, r1 = 0;
-  int kend = 0;  // the piece's key end (its stores stay below it, and below their rows' ends)
+  int kend = 0;  // the piece's key end (its stores stay below it, and inside their rows' windows)
   // Per stage, read from sm.piece_keys (registers the stage loop does not have to carry): the
-  // piece's first key (stores start there), the group's key end (keys below it vote) and khi.
-  int kbeg = 0, vend = 0;
+  // group's keys [vbeg, vend) (they vote) and khi.
   int khi = 0;   // a key's largest byte on a fast tile is at most this (0: the group never is fast)
-  // The group's output rows and where their stores end: in registers for up to two rows, read
-  // from shared memory for more (registers the wider groups' stage loops do not have)
+  // Where the group's rows store: their ends in registers for up to two rows, read from shared
+  // memory for more (registers the wider groups' stage loops do not have); their out pointers
+  // and first keys from shared memory every time (kept in registers across the stage loop,
+  // they made ptxas spill inside it at two consumer warpgroups)
   static constexpr bool ROWS_IN_REGS = R <= 2;
-  float* orow[ROWS_IN_REGS ? R : 1];
   int rend[ROWS_IN_REGS ? R : 1];
-  OPUS_DEV float* row_out(int r) const { return ROWS_IN_REGS ? orow[ROWS_IN_REGS ? r : 0] : sm.optr[r]; }
+  OPUS_DEV char* row_out(int r) const { return sm.optr[r]; }
+  OPUS_DEV int row_beg(int r) const { return sm.rbeg[r]; }
   OPUS_DEV int row_end(int r) const { return ROWS_IN_REGS ? rend[ROWS_IN_REGS ? r : 0] : sm.rend[r]; }
   float wreg[S::W_IN_REGS ? S::N / 4 : 1];
 
@@ -377,12 +390,12 @@ struct I8Consumer {
     }
   }
 
-  OPUS_DEV void setup_group(const Piece& p, int gend) {
+  OPUS_DEV void setup_group(const Piece& p, int gbeg, int gend, int kbeg) {
     r0 = p.r0;
     r1 = imin(p.r1, p.r0 + R);
     bar_sync(1, S::CT);  // every consumer is done with the previous group
     if (ct % 128 == 0) {
-      sm.piece_keys[c][0] = p.t0 * kBlockN;
+      sm.piece_keys[c][0] = gbeg;
       sm.piece_keys[c][1] = gend;
     }
     int qmax_hi, wexp_hi;
@@ -397,9 +410,10 @@ struct I8Consumer {
       sm.red[ct >> 5][1] = wexp_hi;
     }
     if (ct < R) {
-      row_window(args, r0 + ct, r0 + ct < r1, sm.rend[ct], sm.obase[ct]);
-      sm.rend[ct] = imin(sm.rend[ct], kend);  // stores stay inside the piece's own tiles
-      sm.optr[ct] = args.out + sm.obase[ct];
+      row_window(args, r0 + ct, r0 + ct < r1, sm.rbeg[ct], sm.rend[ct], sm.obase[ct]);
+      sm.rbeg[ct] = imax(sm.rbeg[ct], kbeg);  // stores stay inside the piece's own tiles
+      sm.rend[ct] = imin(sm.rend[ct], kend);
+      sm.optr[ct] = out_cell(args, sm.obase[ct]);
     }
     const bool fast = bar_and(1, S::CT, mine);
     int qmax_g = 0, wexp_g = -127;
@@ -416,7 +430,6 @@ struct I8Consumer {
     if constexpr (ROWS_IN_REGS) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        orow[r] = sm.optr[r];
         rend[r] = sm.rend[r];
       }
     }
@@ -550,7 +563,7 @@ struct I8Consumer {
     float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));
     v = fadd_rn(v, warp_xor(v, 2));
     const int n = n0 + key_of(mb, k_own ? 1 : 0);
-    if (t < 2 && n >= kbeg && n < row_end(r)) row_out(r)[n] = fmul_rn(v, scale);
+    if (t < 2 && n >= row_beg(r) && n < row_end(r)) store_at(args, row_out(r), n, fmul_rn(v, scale));
   }
 
   // The epilogue of unit u (its wgmma has retired).
@@ -616,12 +629,6 @@ struct I8Consumer {
   // Canonical path of one M block: one block at a time (the other blocks' key lanes zeroed),
   // then docs/numerics.md steps 2-5 in order.
   OPUS_DEV void canonical_mb(const uint32_t (&a)[4][4], uint32_t sc0, uint32_t sc1, int n0, int mb) {
-    float sk[2][kScaleBlocks];
-#pragma unroll
-    for (int b = 0; b < kScaleBlocks; ++b) {
-      sk[0][b] = e8m0_to_f32(uint32_t(byte_of(sc0, b)));
-      sk[1][b] = e8m0_to_f32(uint32_t(byte_of(sc1, b)));
-    }
     float keep[S::ACC];  // H = 2 NC: the relu'd block sums of the row's first chunk
 #pragma unroll  // a rolled loop around wgmma makes ptxas serialize every wgmma (C7520)
     for (int ch = 0; ch < S::CHUNKS; ++ch) {
@@ -639,6 +646,8 @@ struct I8Consumer {
         mma_chunk<S::NC>(blk, am, ch);
         wgmma_commit();
         retired<0>(blk);
+        // the two keys' block-b scales, decoded here (eight live across the block loop spilled)
+        const float sk[2] = {e8m0_to_f32(uint32_t(byte_of(sc0, b))), e8m0_to_f32(uint32_t(byte_of(sc1, b)))};
 #pragma unroll
         for (int i = 0; i < S::NT; ++i) {
           const int col = ch * S::NC + 8 * i + 2 * t;
@@ -650,7 +659,7 @@ struct I8Consumer {
             for (int e = 0; e < 2; ++e) {
               const int idx = 4 * i + 2 * kk + e;
               const float pb = fmul_rn(__int2float_rn(blk[idx]), e ? u.y : u.x);  // the exact block partial
-              const float tv = fmul_rn(fmul_rn(pb, sk[kk][b]), e ? q.y : q.x);
+              const float tv = fmul_rn(fmul_rn(pb, sk[kk]), e ? q.y : q.x);
               s[idx] = b == 0 ? tv : fadd_rn(s[idx], tv);
             }
         }
@@ -684,7 +693,7 @@ struct I8Consumer {
             }
           const float val = head_tree(x, r);
           const int n = n0 + key_of(mb, kk);
-          if (t == kk && n >= kbeg && n < sm.rend[r]) args.out[sm.obase[r] + n] = val;
+          if (t == kk && n >= sm.rbeg[r] && n < sm.rend[r]) store_out(args, sm.obase[r] + n, val);
         }
       }
     }
@@ -692,21 +701,21 @@ struct I8Consumer {
 
   OPUS_DEV void stage(int n0) {
     mbar_wait(&sm.full[c][ring.slot], ring.phase);
-    kbeg = sm.piece_keys[c][0];
-    vend = sm.piece_keys[c][1];
+    const int vbeg = sm.piece_keys[c][0], vend = sm.piece_keys[c][1];
     khi = sm.piece_keys[c][2];
     const Stage& st = sm.stage[c][ring.slot];
     // Each lane judges one key of the warp's 32 (M block lane / 16, row lane % 16) and hands its
     // block offsets from the smallest scale byte (one byte each) to the lanes that convert it.
-    // Keys at or past vend are not scored: their bytes (stale, or the page's next keys) take no
-    // part in the vote; the stage's other keys do, whichever piece stores them.
+    // Keys outside the group's [vbeg, vend) are not scored: their bytes (stale, or the page's
+    // other keys) take no part in the vote; the stage's other keys do, whichever piece stores them.
     const int my_key = 64 * (lane >> 4) + 16 * warp + (lane & 15);
     const uint32_t my_scale = st.scale[my_key];
     const int my_kmin = min4(my_scale);
     bool fast = false;
     if (khi > 0) {  // uniform: the group's verdict
       const int my_kmax = max4(my_scale);
-      const bool ok = n0 + my_key >= vend || (my_kmax - my_kmin <= kI8KeySpread && my_kmin >= kI8Lo && my_kmax <= khi);
+      const bool outside = uint32_t(n0 + my_key - vbeg) >= uint32_t(vend - vbeg);  // vbeg <= vend
+      const bool ok = outside || (my_kmax - my_kmin <= kI8KeySpread && my_kmin >= kI8Lo && my_kmax <= khi);
       fast = bar_and(2 + c, 128, ok);
     }
     const uint8_t* raw_base = st.raw + raw_offset();
@@ -746,12 +755,14 @@ struct I8Consumer {
   }
 
   OPUS_DEV void piece(const Piece& p) {
-    const int gend = group_key_end<R>(args, p);
+    int gbeg, gend;
+    group_keys<R>(args, p, gbeg, gend);
+    const int kbeg = piece_first_key(p, gbeg);
     kend = imin(gend, p.t1 * kBlockN);
-    if (p.t0 * kBlockN >= kend) return;  // the producer skips it too
-    setup_group(p, gend);
+    if (kbeg >= kend) return;  // the producer skips it too
+    setup_group(p, gbeg, gend, kbeg);
 #pragma unroll 1
-    for (int n0 = stage_start(p.t0) + S::KEYS * c; n0 < kend; n0 += S::KEYS * CONS, ring.advance()) stage(n0);
+    for (int n0 = stage_start(kbeg / kBlockN) + S::KEYS * c; n0 < kend; n0 += S::KEYS * CONS, ring.advance()) stage(n0);
   }
 };
 
@@ -760,7 +771,7 @@ __global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = I8Shape<R, H, CONS>;
   auto& sm = *reinterpret_cast<I8Smem<R, H, CONS>*>(i8_smem);
-  const SeqView sv{args.qsl, args.row_ends, args.num_seqs, args.num_rows, args.key_cap};
+  const SeqView sv = seq_view(args);
   const int tid = threadIdx.x, lane = tid & 31;
   if (tid == 0) {
 #pragma unroll
@@ -791,7 +802,7 @@ __global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const 
     if (tid / 32 >= CONS) return;
     const bool bulk = (reinterpret_cast<uintptr_t>(args.kv_scale) & 15) == 0;
     I8Producer<R, H, CONS> prod{args, sm, tid / 32, lane, bulk};
-    while (walk.next(sv, R, p))
+    while (walk.next(args, R, p))
       if (p.r1 > p.r0 && p.t1 > p.t0) prod.piece(p);
     asm volatile("cp.async.wait_all;" ::: "memory");  // nothing in flight when the warp exits
   } else {
@@ -805,7 +816,7 @@ __global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const 
     cons.g = lane >> 2;
     cons.t = lane & 3;
     cons.count_paths = args.path_stats != nullptr && ct % 128 == 0;
-    while (walk.next(sv, R, p))
+    while (walk.next(args, R, p))
       if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);
   }
 #else

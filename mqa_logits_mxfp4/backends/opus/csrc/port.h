@@ -111,5 +111,29 @@ OPUS_DEV float e8m0_to_f32(uint32_t e) {
   return __uint_as_float(e == 255u ? 0x7FC00000u : (e << 23));
 }
 OPUS_DEV float bf16_to_f32(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+
+// fp32 -> bfloat16 / float16, rounded once to nearest-even (NaN stays NaN, +-Inf stays +-Inf, a
+// finite value past the narrow range becomes +-Inf): the narrow outs (docs/contract.md).
+OPUS_DEV uint16_t f32_to_bf16_rn(float v) {
+#if OPUS_HIP
+  const uint32_t b = __float_as_uint(v);
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((b >> 16) | 0x40u);  // NaN: quiet, sign kept
+  return uint16_t((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+#else
+  uint16_t h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+  return h;
+#endif
+}
+OPUS_DEV uint16_t f32_to_f16_rn(float v) {
+#if OPUS_HIP
+  const _Float16 h = static_cast<_Float16>(v);  // IEEE conversion: round to nearest-even
+  return __builtin_bit_cast(uint16_t, h);
+#else
+  uint16_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+  return h;
+#endif
+}
 }  // namespace opus
 #endif

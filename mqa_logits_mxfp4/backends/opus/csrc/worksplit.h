@@ -2,15 +2,18 @@
 //
 // The same rules as backends/triton/kernels.py and their plain-Python statement
 // worksplit/rules.py: units are (row group, key tile) pairs numbered sequence-major,
-// group-major, tile-minor; sequence b has ceil(rows_b / R) groups of up to R rows, each with
-// ceil(end_b / 64) tiles (end_b: the row_end of its last row). A Table/Free program takes units
-// [u_begin, u_end) and walks them from sequence b with `base` units before it; Prefill program
-// (group, part) takes global rows [group*R, group*R + R), split at sequence starts, and the
-// part-th of `parts` equal cuts of each piece's tiles.
+// group-major, tile-minor; sequence b has ceil(rows_b / R) groups of up to R rows, each with the
+// tiles [lo_b, ceil(end_b / 64)) (end_b: the row_end of its last row; lo_b: the row_start of its
+// first row / 64, 0 without row_starts). A Table/Free program takes units [u_begin, u_end) and
+// walks them from sequence b with `base` units before it; Prefill program (group, part) takes
+// global rows [group*R, group*R + R), split at sequence starts, and the part-th of `parts` equal
+// cuts of each piece's tiles [start(r0) / 64, ceil(end(r1 - 1) / 64)). Pieces carry the
+// sequence's own tile numbers.
 //
 // Host-and-device code: tests/opus_host_check.cpp runs it with g++ against worksplit/rules.py.
-// Every read of query_start_loc is clamped into [0, num_rows] and of row_ends into
-// [0, key_cap] (the device-side guards, worksplit/rules.py's seq_start / row_end: a
+// Every read of query_start_loc is clamped into [0, num_rows], of row_ends into [0, key_cap]
+// and of row_starts into [0, the end it starts] (the device-side guards, worksplit/rules.py's
+// seq_start / row_end / row_start: a
 // caller-contract violation can waste work but never index outside the row tensors or past
 // the keys a launch may score).
 #pragma once
@@ -47,22 +50,33 @@ struct SeqView {
   const int32_t* row_ends;
   int num_seqs;
   int num_rows;
-  int key_cap = 0x7FFFFFFF;  // LaunchArgs::key_cap in the kernels
+  int key_cap = 0x7FFFFFFF;            // LaunchArgs::key_cap in the kernels
+  const int32_t* row_starts = nullptr;  // null: every window starts at key 0
 
   OPUS_HD int start(int b) const { return imin(imax(qsl[b], 0), num_rows); }
   OPUS_HD int end_of(int r) const { return imin(imax(row_ends[r], 0), key_cap); }
-  // (qa, qb, end) of sequence b with qa <= qb <= num_rows
-  OPUS_HD void bounds(int b, int& qa, int& qb, int& end) const {
+  // row r's window start, clamped into [0, end]
+  OPUS_HD int start_of(int r, int end) const { return row_starts ? imin(imax(row_starts[r], 0), end) : 0; }
+  // (qa, qb, end, lo, span) of sequence b with qa <= qb <= num_rows: its groups score the
+  // tiles [lo, lo + span)
+  OPUS_HD void bounds(int b, int& qa, int& qb, int& end, int& lo, int& span) const {
     qa = start(b);
     qb = imax(start(b + 1), qa);
     end = qb > qa ? end_of(qb - 1) : 0;
+    lo = qb > qa ? start_of(qa, end) / kBlockN : 0;
+    span = cdiv_nonneg(end, kBlockN) - lo;
   }
   OPUS_HD int units(int b, int rows) const {
-    int qa, qb, end;
-    bounds(b, qa, qb, end);
-    return cdiv_nonneg(qb - qa, rows) * cdiv_nonneg(end, kBlockN);
+    int qa, qb, end, lo, span;
+    bounds(b, qa, qb, end, lo, span);
+    return cdiv_nonneg(qb - qa, rows) * span;
   }
 };
+
+// A launch's row tensors as the iterators read them.
+OPUS_HD SeqView seq_view(const LaunchArgs& a) {
+  return SeqView{a.qsl, a.row_ends, a.num_seqs, a.num_rows, a.key_cap, a.row_starts};
+}
 
 // Table/Free: the pieces of units [u, u_end) starting at sequence b with `base` units before it.
 // (The sequence view and R are arguments, not members: kernels keep them once, in registers
@@ -77,9 +91,12 @@ struct FreeIter {
       if (in_seq) {
         if (lo < hi) {  // the groups this program touches, each with its own tile range
           const int j = lo / ntiles;
+          // the window's first tile, read again for each piece rather than kept (a register
+          // across a piece costs the i8 consumers a spill)
+          const int tlo = sv.row_starts ? sv.start_of(qa, sv.end_of(qb - 1)) / kBlockN : 0;
           p.b = b;
-          p.t0 = lo - j * ntiles;
-          p.t1 = imin(hi - j * ntiles, ntiles);
+          p.t0 = tlo + lo - j * ntiles;
+          p.t1 = tlo + imin(hi - j * ntiles, ntiles);
           p.r0 = qa + j * rows;
           p.r1 = imin(p.r0 + rows, qb);
           lo = (j + 1) * ntiles;
@@ -90,10 +107,10 @@ struct FreeIter {
         in_seq = false;
       }
       if (!(u < u_end && b < sv.num_seqs) || b < 0) return false;
-      int end;
-      sv.bounds(b, qa, qb, end);
-      ntiles = imax(cdiv_nonneg(end, kBlockN), 1);
-      units = cdiv_nonneg(qb - qa, rows) * cdiv_nonneg(end, kBlockN);
+      int end, tlo, span;
+      sv.bounds(b, qa, qb, end, tlo, span);
+      ntiles = imax(span, 1);
+      units = cdiv_nonneg(qb - qa, rows) * span;
       lo = imax(u - base, 0);  // negative only for a corrupted record
       hi = imin(u_end - base, units);
       if (hi > lo) u = base + hi;
@@ -126,9 +143,10 @@ struct PrefillIter {
     p.r0 = imax(row0, qa);
     p.r1 = imin(chunk_end, qb);
     const int end = p.r1 > p.r0 ? sv.end_of(p.r1 - 1) : 0;
-    const int ntiles = cdiv_nonneg(end, kBlockN);
-    p.t0 = int((int64_t)part * ntiles / parts);
-    p.t1 = int((int64_t)(part + 1) * ntiles / parts);
+    const int lo = p.r1 > p.r0 ? sv.start_of(p.r0, end) / kBlockN : 0;
+    const int span = cdiv_nonneg(end, kBlockN) - lo;
+    p.t0 = lo + int((int64_t)part * span / parts);
+    p.t1 = lo + int((int64_t)(part + 1) * span / parts);
     b += 1;
     qa = qb;
     return true;
