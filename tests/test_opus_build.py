@@ -209,6 +209,7 @@ def test_python_mirror_equals_the_cpp_registry():
                                  "ctas_per_sm")) + (tuple(r["heads"]),) for r in rows] == list(opus_instances.REGISTRY)
     for r in rows:
         assert tuple(r["page_sizes"]) == opus_instances.PAGE_SIZES and r["modes"] == "table,free,prefill"
+        assert r["i8_stage_keys"] == opus_instances.I8_STAGE_KEYS  # what the i8 path counters count
         assert r["ctas_by_heads"] == [opus_instances.ctas_for_heads(r["ctas_per_sm"], h) for h in r["heads"]]
     assert opus_instances.from_registry(rows) == INSTANCES
 
@@ -543,9 +544,11 @@ def check_i8_kernel(k: dict, what: str) -> None:
     # nothing else: a dummy HGMMA.64x8x16 that ptxas inserted under register pressure went with
     # wrong fast-path sums on the H200 (docs/perf-notes.md)
     assert k["gmma"] == [f"IGMMA.64x{nc}x32.S8.S8", f"IGMMA.64x{nc}x32.U8.S8"], (what, k["gmma"])
-    # two M blocks x chunks x (5 wgmma on the fast path + 4 a scale block on the canonical)
+    # the fast path unrolled over a stage's M blocks (OPUS_I8_STAGE_KEYS / 64) x chunks, 5 wgmma
+    # each; the canonical path one rolled M block: chunks x 4 scale blocks x 4 k-slices
     chunks = k["rows"] * k["heads"] // nc
-    assert k["igmma"] == 2 * chunks * (5 + 4 * 4), (what, k["igmma"])
+    mblocks = opus_instances.I8_STAGE_KEYS // 64
+    assert k["igmma"] == mblocks * chunks * 5 + chunks * 4 * 4, (what, k["igmma"])
 
 
 def test_gfx950_kernels_compile_to_the_scaled_mfma():

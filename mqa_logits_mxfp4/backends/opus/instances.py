@@ -2,7 +2,8 @@
 
 At import this module parses registry.h's `OPUS_INSTANCES` X-macro (one
 `X(id, name, arch, family, rows, warps, keys, stages, ctas, heads_mask)` a row, the format
-docs/adding-an-instance.md describes), its `OPUS_ARCH_NAME_<arch>` tokens and `OPUS_PAGE_SIZES`.
+docs/adding-an-instance.md describes), its `OPUS_ARCH_NAME_<arch>` tokens, `OPUS_PAGE_SIZES` and
+`OPUS_I8_STAGE_KEYS` (the keys of one stage of the i8 body: what one count of its path_stats is).
 Before the extension is built the backend lists these; once it is loaded it lists the C++
 registry's own entries, which are equal (tests/test_opus_build.py compiles registry.h into a
 host program and compares). Names: <arch>_<family>_r<rows>w<warps>.
@@ -78,6 +79,19 @@ def parse_page_sizes(text: str) -> tuple[int, ...]:
     return tuple(int(v, 0) for v in re.findall(r"\w+", _macro_body(text, "OPUS_PAGE_SIZES")))
 
 
+def parse_i8_stage_keys(text: str) -> int:
+    """Keys of one i8 consumer stage (registry.h's OPUS_I8_STAGE_KEYS: the sequence's 64-key tiles
+    it holds are voted on as one, and path_stats counts such stages)."""
+    body = _macro_body(text, "OPUS_I8_STAGE_KEYS").strip()
+    try:
+        keys = int(body, 0)
+    except ValueError:
+        raise RegistryFormatError(f"{REGISTRY_H}: OPUS_I8_STAGE_KEYS is {body!r}; want a number") from None
+    if keys <= 0 or keys % 64:
+        raise RegistryFormatError(f"{REGISTRY_H}: OPUS_I8_STAGE_KEYS = {keys}; want whole 64-key tiles")
+    return keys
+
+
 def parse_arches(text: str) -> tuple[str, ...]:
     """The device arch tokens csrc/ has bodies for (OPUS_ARCH_NAME_*), in registry.h's order."""
     return tuple(re.findall(r'^#define OPUS_ARCH_NAME_\w+ "([^"]+)"', text, re.M))
@@ -87,6 +101,7 @@ _TEXT = REGISTRY_H.read_text()
 REGISTRY = parse_registry(_TEXT)
 PAGE_SIZES = parse_page_sizes(_TEXT)
 ARCHES = parse_arches(_TEXT)
+I8_STAGE_KEYS = parse_i8_stage_keys(_TEXT)
 
 
 def ctas_for_heads(ctas: int, heads: int) -> int:

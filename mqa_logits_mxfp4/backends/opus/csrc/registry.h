@@ -82,6 +82,12 @@
   X(18, sm90_i8_r4w12,     sm90,   i8,   4, 12, 64, 4, 1, 0x7)                 \
   X(19, sm90_i8_r8w12,     sm90,   i8,   8, 12, 64, 4, 1, 0x3)
 
+// Keys of one stage of the i8 body (kernel_sm90_i8.cuh): the sequence's 64-key tiles 4j .. 4j + 3,
+// converted and voted on (fast or canonical path) as one, and what one count of its path_stats
+// is. The one statement of it: the kernel's I8Shape and the Python side (instances.py
+// I8_STAGE_KEYS, which the tests count stages with) read it here.
+#define OPUS_I8_STAGE_KEYS 256
+
 // Page sizes every instance serves (keys are gathered one by one through the table).
 #define OPUS_PAGE_SIZES {8, 16, 32, 64, 128}
 #define OPUS_MODES "table,free,prefill"
