@@ -12,11 +12,10 @@ import pytest
 import torch
 
 from mqa_logits_mxfp4 import quantize_mxfp4
-from mqa_logits_mxfp4.backends.opus.instances import I8_STAGE_KEYS
+from mqa_logits_mxfp4.backends.opus.instances import i8_stages as opus_i8_stages
 from mqa_logits_mxfp4.dispatch import registry
 from mqa_logits_mxfp4.problems import EDGE_SOURCES, make_edge_problem
 from mqa_logits_mxfp4.reference import compare_to_reference
-from mqa_logits_mxfp4.worksplit import rules as worksplit
 
 from .common import (DEVICES, MODES, POISON, assert_untouched_outside, build, candidates, config, instance_of,
                      need_device, reference, run, run_and_check)
@@ -94,22 +93,8 @@ I8 = [p for p in CANDIDATES if p.values[0][0] == "opus" and "_i8_" in p.values[0
 
 
 def i8_stages(prob, cfg, inst, mode: str) -> int:
-    """The stages the i8 body scores in `mode`, which its path counters add up to: each piece of
-    the work split (worksplit/rules.py, the kernel's own rules) scores one stage for every group
-    of I8_STAGE_KEYS / 64 sequence tiles 4j .. 4j + 3 that holds one of its tiles below its row
-    group's key end (docs/numerics.md, "Integer tiles")."""
-    qsl, ends, cap = prob.query_start_loc.tolist(), prob.row_ends.tolist(), cfg.max_seq_len
-    rows, block_n = inst.rows, inst.block_n
-    if mode == "prefill":
-        groups, parts = cfg.prefill_grid
-        pieces = [pc for g in range(groups) for part in range(parts)
-                  for pc in worksplit.prefill_work(qsl, ends, g, part, rows, block_n, parts, cap)]
-    else:  # Table records and Free's own range scan are the same split
-        recs = worksplit.schedule_records(qsl, ends, cfg.table_grid, rows, block_n, worksplit.seq_lanes(cfg.max_seqs),
-                                          cap)
-        pieces = [pc for rec in recs for pc in worksplit.free_work(qsl, ends, *rec[:4], rows, block_n, cap)]
-    tiles = I8_STAGE_KEYS // block_n
-    return sum(len({t // tiles for t in worksplit.piece_tiles(ends, pc, block_n, cap)}) for pc in pieces)
+    """The stages the i8 body scores in `mode` (its path counters add up to it)."""
+    return opus_i8_stages(cfg, inst, mode, prob.query_start_loc.tolist(), prob.row_ends.tolist())
 
 
 def plant_wide(prob):

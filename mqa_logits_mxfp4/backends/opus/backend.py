@@ -95,7 +95,7 @@ class OpusBackend(BackendBase):
     def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
                query_start_loc, row_ends, out, out_offsets, records, *, path_stats=None) -> None:
         """`path_stats` (tests only): an int64 [2] the i8 body adds its fast / canonical stage
-        counts to."""
+        counts to (stages of instances.I8_STAGE_KEYS keys; instances.i8_stages gives their sum)."""
         module = jit.load()
         inst = self._instance(cfg.instance)
         groups, parts = cfg.prefill_grid

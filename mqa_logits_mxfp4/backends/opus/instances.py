@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ...core.instance import Instance
 from ...core.modes import MODES
+from ...worksplit import rules as worksplit
 
 BACKEND = "opus"
 REGISTRY_H = Path(__file__).with_name("csrc") / "registry.h"
@@ -102,6 +103,26 @@ REGISTRY = parse_registry(_TEXT)
 PAGE_SIZES = parse_page_sizes(_TEXT)
 ARCHES = parse_arches(_TEXT)
 I8_STAGE_KEYS = parse_i8_stage_keys(_TEXT)
+
+
+def i8_stages(cfg, inst: Instance, mode: str, query_start_loc, row_ends) -> int:
+    """The stages an i8 launch of `cfg` in `mode` scores, which its path_stats counters add up to
+    (tests, scripts/i8_smoke.py): each piece of the work split (worksplit/rules.py: the kernel's
+    own rules) scores one stage for every group of I8_STAGE_KEYS / 64 sequence tiles (4j .. 4j + 3)
+    that holds one of its tiles below its row group's key end (docs/numerics.md, "Integer
+    tiles"). query_start_loc, row_ends: sequences of ints (or tensors)."""
+    qsl, ends, cap = [int(v) for v in query_start_loc], [int(v) for v in row_ends], cfg.max_seq_len
+    rows, block_n = inst.rows, inst.block_n
+    if mode == "prefill":
+        groups, parts = cfg.prefill_grid
+        pieces = [pc for g in range(groups) for part in range(parts)
+                  for pc in worksplit.prefill_work(qsl, ends, g, part, rows, block_n, parts, cap)]
+    else:  # the Table records and Free's own range scan are the same split
+        recs = worksplit.schedule_records(qsl, ends, cfg.table_grid, rows, block_n, worksplit.seq_lanes(cfg.max_seqs),
+                                          cap)
+        pieces = [pc for rec in recs for pc in worksplit.free_work(qsl, ends, *rec[:4], rows, block_n, cap)]
+    tiles = I8_STAGE_KEYS // block_n
+    return sum(len({t // tiles for t in worksplit.piece_tiles(ends, pc, block_n, cap)}) for pc in pieces)
 
 
 def ctas_for_heads(ctas: int, heads: int) -> int:

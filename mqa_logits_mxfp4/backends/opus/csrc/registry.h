@@ -26,9 +26,9 @@
 //           i8   sm90a INT8 wgmma (kernel_sm90_i8.cuh): a producer warpgroup gathers key tiles
 //                into stage rings (bulk copies), two (w12) or three (w16: 160 registers a thread,
 //                one row of <= 64 heads) consumer warpgroups convert them to INT8 and run one
-//                exact K = 128 chain a tile where a key's block scales differ by shifts of 0-2 and
-//                a head's by 0-3 (not the canonical order; within the tolerance), the canonical
-//                steps elsewhere. One CTA an SM
+//                exact K = 128 chain a tile on stages (OPUS_I8_STAGE_KEYS below) where every key's
+//                block scales differ by shifts of 0-2 and a head's by 0-3 (not the canonical
+//                order; within the tolerance), the canonical steps elsewhere. One CTA an SM
 //           mxf4 one scaled MFMA 32x32x64 a scale block on raw E2M1 operands, unit
 //                hardware scales (the E8M0 scales are applied on the VALU)
 //           mxsc gfx950 two scaled MFMAs 32x32x64 over the whole head_dim with the real E8M0
