@@ -1,6 +1,7 @@
-"""One small call of each opus i8 instance in each mode, with its path counters and the
-reference comparison: the first thing a GPU session runs after building the kernels (a hang or
-a wrong layout shows here, in seconds).  python3 scripts/i8_smoke.py"""
+"""One small call of each opus i8 instance in each mode, with its path counters (their sum
+against the stages the work split gives: I8_STAGE_KEYS keys a stage) and the reference
+comparison: the first thing a GPU session runs after building the kernels (a hang or a wrong
+layout shows here, in seconds).  python3 scripts/i8_smoke.py"""
 
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mqa_logits_mxfp4.backends.opus.instances import i8_stages  # noqa: E402
 from mqa_logits_mxfp4.dispatch import registry  # noqa: E402
 from mqa_logits_mxfp4.core.problem import ProblemKey, device_facts  # noqa: E402
 from mqa_logits_mxfp4.dispatch.config import make_config  # noqa: E402
@@ -42,7 +44,11 @@ for spread, label in ((2, "narrow"), (None, "wide")):
             opus.launch(cfg, mode, *prob.args(), out, None, rec, path_stats=stats)
             torch.cuda.synchronize()
             problems = compare_to_reference(out, ref)
+            want = i8_stages(cfg, inst, mode, prob.query_start_loc.tolist(), prob.row_ends.tolist())
+            if sum(stats.tolist()) != want:
+                problems = [f"the path counters add up to {sum(stats.tolist())} stages; the work split has {want}",
+                            *problems]
             bad += bool(problems)
-            print(f"{label} {inst.name} {mode}: stages fast/canonical {stats.tolist()}: "
+            print(f"{label} {inst.name} {mode}: stages fast/canonical {stats.tolist()} of {want}: "
                   f"{'OK' if not problems else problems[:3]}", flush=True)
 sys.exit(1 if bad else 0)

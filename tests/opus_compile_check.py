@@ -172,21 +172,25 @@ def compile_sm90(work: Path) -> dict:
 
 
 def _local_in_loops(block: str, marks: tuple[str, ...]) -> int:
-    """LDL/STL instructions inside the smallest loop (a backward branch's range) that holds every
-    instruction starting with one of `marks` (the MMAs: the tile loop; LDGSTS: the producer's
-    stage loop), where a spill costs every tile rather than once a piece."""
+    """LDL/STL instructions inside the loops (a backward branch's range) that hold the
+    instructions starting with one of `marks` (the MMAs: the tile loop; LDGSTS: the producer's
+    stage loop), each mark's smallest such loop, where a spill costs every tile rather than once
+    a piece. (A kernel may hold several copies of a loop: the i8 consumers, one for a float32
+    and one for a narrow out.)"""
     ins = [(int(a, 16), op) for a, op in re.findall(
         r"^\s+/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*[^;]*);", block, re.M)]
-    hits = [a for a, o in ins if o.startswith(marks)]
     loops = []
     for addr, op in ins:
         m = re.match(r"BRA (?:\S+ )?(0x[0-9a-f]+)", op)
-        if m and int(m.group(1), 16) < addr and hits and int(m.group(1), 16) <= min(hits) and max(hits) <= addr:
-            loops.append((addr - int(m.group(1), 16), int(m.group(1), 16), addr))
-    if not loops:
-        return 0
-    _, lo, hi = min(loops)
-    return sum(lo <= a <= hi and o.startswith(("LDL", "STL")) for a, o in ins)
+        if m and int(m.group(1), 16) < addr:
+            loops.append((int(m.group(1), 16), addr))
+    spans = set()
+    for a, o in ins:
+        if o.startswith(marks):
+            around = [lp for lp in loops if lp[0] <= a <= lp[1]]
+            if around:
+                spans.add(min(around, key=lambda lp: lp[1] - lp[0]))
+    return sum(any(lo <= a <= hi for lo, hi in spans) and o.startswith(("LDL", "STL")) for a, o in ins)
 
 
 def compile_gfx(arch: str, work: Path) -> dict:

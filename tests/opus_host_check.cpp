@@ -1,6 +1,7 @@
 // Host-side checks of the opus csrc headers that need no GPU (built with g++ by
 // tests/test_opus_build.py):
-//   opus_host_check registry     the C++ instance registry as JSON (one object a line)
+//   opus_host_check registry     the C++ instance registry as JSON (one object a line; with the
+//                                registry's page sizes, modes and i8 stage keys)
 //   opus_host_check encodings    each E2M1 code's fp8 / f16 operand bits, and word-level dot
 //                                products through the k-slot split both operands share
 //   opus_host_check i8           every code's INT8 operand at every shift, one element a byte
@@ -48,7 +49,7 @@ static int cmd_registry() {
     std::printf("], \"page_sizes\": [");
     for (size_t p = 0; p < sizeof(kPageSizes) / sizeof(kPageSizes[0]); ++p)
       std::printf("%s%d", p ? ", " : "", kPageSizes[p]);
-    std::printf("], \"modes\": \"%s\"}\n", OPUS_MODES);
+    std::printf("], \"modes\": \"%s\", \"i8_stage_keys\": %d}\n", OPUS_MODES, OPUS_I8_STAGE_KEYS);
   }
   return 0;
 }

@@ -211,6 +211,7 @@ def test_python_mirror_equals_the_cpp_registry():
                                  "ctas_per_sm")) + (tuple(r["heads"]),) for r in rows] == list(opus_instances.REGISTRY)
     for r in rows:
         assert tuple(r["page_sizes"]) == opus_instances.PAGE_SIZES and r["modes"] == "table,free,prefill"
+        assert r["i8_stage_keys"] == opus_instances.I8_STAGE_KEYS  # what the i8 path counters count
         assert r["ctas_by_heads"] == [opus_instances.ctas_for_heads(r["ctas_per_sm"], h) for h in r["heads"]]
     assert opus_instances.from_registry(rows) == INSTANCES
 
@@ -560,15 +561,20 @@ def check_i8_kernel(k: dict, what: str) -> None:
     assert k["stack"] <= (64 if k["warps"] <= 12 else 128), f"{what}: {k['stack']} bytes of stack"
     if "mma" not in k:
         return  # no cuobjdump here
-    assert k["loop_local"] == 0, f"{what}: local memory inside the consumers' stage loop"
+    # (at most one load a stage: the narrow-out consumer of r4 H32 reloads a per-piece value from
+    # local memory at each stage's start; the float32 consumers have none)
+    assert k["loop_local"] <= 1, f"{what}: local memory inside the consumers' stage loop"
     assert k["producer_loop_local"] == 0, f"{what}: local memory inside the producer's stage loop"
     nc = min(k["rows"] * k["heads"], 64)
     # nothing else: a dummy HGMMA.64x8x16 that ptxas inserted under register pressure went with
     # wrong fast-path sums on the H200 (docs/perf-notes.md)
     assert k["gmma"] == [f"IGMMA.64x{nc}x32.S8.S8", f"IGMMA.64x{nc}x32.U8.S8"], (what, k["gmma"])
-    # two M blocks x chunks x (5 wgmma on the fast path + 4 a scale block on the canonical)
+    # the fast path unrolled over a stage's M blocks (OPUS_I8_STAGE_KEYS / 64) x chunks, 5 wgmma
+    # each; the canonical path one rolled M block: chunks x 4 scale blocks x 4 k-slices; twice:
+    # one consumer for a float32 out, one for a narrow out
     chunks = k["rows"] * k["heads"] // nc
-    assert k["igmma"] == 2 * chunks * (5 + 4 * 4), (what, k["igmma"])
+    mblocks = opus_instances.I8_STAGE_KEYS // 64
+    assert k["igmma"] == 2 * (mblocks * chunks * 5 + chunks * 4 * 4), (what, k["igmma"])
 
 
 def test_gfx950_kernels_compile_to_the_scaled_mfma():
@@ -595,13 +601,19 @@ def test_gfx950_kernels_compile_to_the_scaled_mfma():
             assert k["mfma_ops"] == {"v_mfma_scale_f32_32x32x64_f8f6f4": 2 * mt + 4 * mt}, what
             assert k["real_scales"] == 2 * mt, what
             # the second path's uniform state spills SGPRs to VGPR lanes (no memory: no VGPR
-            # spill, no scratch): written once a piece, read back at most 5 times a tile at r >= 2
+            # spill, no scratch): written once a piece, read back at most MAX_TILE_LANE_OPS times a tile at r >= 2
             # (v_readlane), against a tile's 6 x M-tiles x rows MFMAs
-            assert k["tile_loop_lane_ops"] <= (0 if k["rows"] == 1 else 5), what
+            assert k["tile_loop_lane_ops"] <= (0 if k["rows"] == 1 else MAX_TILE_LANE_OPS), what
             assert_clean_gfx9(k, what, sgpr_spills=24)
 
 
-def assert_clean_gfx9(k: dict, what: str, sgpr_spills: int = 8) -> None:
+# The gfx9 full paths at r >= 2: SGPRs spilled to VGPR lanes and read back inside the tile loop
+# (v_readlane / v_writelane, no memory). 5 until the window starts and the out kinds (issue 15)
+# added uniform state: up to 12 now (r4 / r8 of mxsc), a few VALU operations a tile.
+MAX_TILE_LANE_OPS = 12
+
+
+def assert_clean_gfx9(k: dict, what: str, sgpr_spills: int = 10) -> None:  # 8 before the same issue-15 state
     assert (k["vgpr_spill"], k["scratch"], k["calls"]) == (0, 0, 0), what
     assert k["sgpr_spill"] <= sgpr_spills, f"{what}: SGPR spills (to VGPR lanes) grew to {k['sgpr_spill']}"
     assert k["vgpr"] <= 256 and k["lds"] <= 64 * 1024, what
@@ -619,10 +631,10 @@ def test_gfx942_kernels_compile_to_their_mfma():
         what = f"{k['family']} r{k['rows']} H{k['heads']}"
         if k["family"] == "fp8fold":
             # fp8's four MFMAs a (row, M-tile) on the fallback, four more chained on folded operands;
-            # both query operands in LDS; a few SGPRs spill to VGPR lanes, reloaded <= 5 times a tile
+            # both query operands in LDS; a few SGPRs spill to VGPR lanes, reloaded <= MAX_TILE_LANE_OPS times a tile
             assert k["mfma_ops"] == {"v_mfma_f32_16x16x32_fp8_fp8": 2 * 4 * k["heads"] // 16}, what
             assert 256 * k["rows"] * k["heads"] < k["lds"] <= 292 * k["rows"] * k["heads"] + 128, what
-            assert k["tile_loop_lane_ops"] <= (0 if k["rows"] == 1 else 5), what
+            assert k["tile_loop_lane_ops"] <= (0 if k["rows"] == 1 else MAX_TILE_LANE_OPS), what
             assert_clean_gfx9(k, what, sgpr_spills=24)
             continue
         assert_clean_gfx9(k, what)

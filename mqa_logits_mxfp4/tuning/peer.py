@@ -38,6 +38,8 @@ def unsupported(prob: Problem) -> str | None:
                      (prob.pages_per_block != 1, f"{prob.pages_per_block} pages a table entry"),
                      (prob.heads not in (32, 64), f"{prob.heads} heads"),
                      (rows.numel() != 1, "sequences with different row counts"),
+                     (rows.numel() == 1 and int(rows[0]) > 2, f"{int(rows[0]) if rows.numel() == 1 else 0} rows a "
+                      "sequence (next_n 1 or 2 only)"),
                      (prob.live_rows != prob.rows, "padding rows")):
         if bad:
             return f"DeepGEMM's sm_90 kernel does not serve {why}"

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from mqa_logits_mxfp4 import quantize_mxfp4
+from mqa_logits_mxfp4.backends.opus.instances import i8_stages as opus_i8_stages
 from mqa_logits_mxfp4.dispatch import registry
 from mqa_logits_mxfp4.problems import EDGE_SOURCES, make_edge_problem
 from mqa_logits_mxfp4.reference import compare_to_reference
@@ -91,6 +92,11 @@ def test_nan_inf_cells_among_narrow_scales(pair, mode, device):
 I8 = [p for p in CANDIDATES if p.values[0][0] == "opus" and "_i8_" in p.values[0][1]]
 
 
+def i8_stages(prob, cfg, inst, mode: str) -> int:
+    """The stages the i8 body scores in `mode` (its path counters add up to it)."""
+    return opus_i8_stages(cfg, inst, mode, prob.query_start_loc.tolist(), prob.row_ends.tolist())
+
+
 def plant_wide(prob):
     """Sequence 0's first page with a key block spread of 12 and its third page with a 0xFF
     block (both fall outside the fast rule); the rest stays narrow."""
@@ -106,9 +112,9 @@ def plant_wide(prob):
 @pytest.mark.parametrize("pair", I8)
 @pytest.mark.parametrize("data", ["narrow", "wide", "mixed"])
 def test_i8_paths_taken(data, pair, mode):
-    """The i8 body counts the 128-key stages it scored on each path: narrow data only fast,
-    default (40-binade) data only canonical, narrow data with planted wide keys both; every
-    result within the tolerance."""
+    """The i8 body counts the stages (I8_STAGE_KEYS keys) it scored on each path, every stage of
+    the work split once: narrow data only fast, default (40-binade) data only canonical, narrow
+    data with planted wide keys both; every result within the tolerance."""
     if not torch.cuda.is_available() or registry.get("opus").available() is not None:
         pytest.skip("the opus backend on a GPU")
     over = {} if data == "wide" else NARROW
@@ -116,7 +122,7 @@ def test_i8_paths_taken(data, pair, mode):
     if data == "mixed":
         prob = plant_wide(prob)
     cfg = config(prob, pair, mode)
-    backend, _ = instance_of(pair)
+    backend, inst = instance_of(pair)
     out = torch.full((prob.rows + 1, cfg.max_seq_len + 3), -7777.0, device="cuda")
     records = None
     if mode == "table":
@@ -127,6 +133,7 @@ def test_i8_paths_taken(data, pair, mode):
     fast, canonical = stats.tolist()
     ref = reference(prob, cfg)
     assert compare_to_reference(out, ref) == []
+    assert fast + canonical == i8_stages(prob, cfg, inst, mode), (fast, canonical)
     assert_untouched_outside(out, ref, prob.live_rows)
     if data == "narrow":
         assert fast > 0 and canonical == 0, (fast, canonical)
@@ -138,7 +145,8 @@ def test_i8_paths_taken(data, pair, mode):
 
 def plant_scattered(prob, every: int = 7):
     """Every `every`-th page of the cache with key block offsets of 3 (just outside the i8 fast
-    rule), the rest narrow: many stages mix both kinds of tiles."""
+    rule), the rest narrow: many stages mix both kinds of tiles (a 256-key stage spans 16 pages
+    of 16 keys; with seed 59 at grow 64 about a fifth of the stages hold none of those pages)."""
     kv_scale = prob.kv_scale.clone()
     pages = torch.arange(0, kv_scale.shape[0], every, device=kv_scale.device)
     kv_scale[pages, :, 1] = (kv_scale[pages, :, 0].int() + 3).clamp(max=250).to(torch.uint8)
@@ -149,7 +157,7 @@ def plant_scattered(prob, every: int = 7):
 @pytest.mark.parametrize("pair", [p for p in I8 if "_r1w" in p.values[0][1]])
 def test_i8_modes_bitwise_on_mixed_stages(pair):
     """One-row i8 instances on long sequences (split across programs at odd and even tiles) whose
-    stages mix fast and canonical keys: a stage pairs the sequence's tiles 2j, 2j + 1 in every
+    stages mix fast and canonical keys: a stage holds the sequence's tiles 4j .. 4j + 3 in every
     mode, so every mode gives the same bits (docs/numerics.md, "Integer tiles")."""
     if not torch.cuda.is_available() or registry.get("opus").available() is not None:
         pytest.skip("the opus backend on a GPU")
@@ -163,12 +171,13 @@ def test_i8_modes_bitwise_on_mixed_stages(pair):
         assert torch.equal(outs[mode], outs[MODES[0]]), f"{mode} differs from {MODES[0]}"
     # the data does mix the paths (else the comparison proves nothing)
     cfg = config(prob, pair, "free")
-    backend, _ = instance_of(pair)
+    backend, inst = instance_of(pair)
     stats = torch.zeros(2, dtype=torch.int64, device="cuda")
     out = torch.full_like(outs["free"], POISON)
     backend.launch(cfg, "free", *prob.args(), out, None, None, path_stats=stats)
     fast, canonical = stats.tolist()
     assert fast > 0 and canonical > 0, (fast, canonical)
+    assert fast + canonical == i8_stages(prob, cfg, inst, "free"), (fast, canonical)
     assert torch.equal(out, outs["free"])
 
 

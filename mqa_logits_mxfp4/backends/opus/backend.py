@@ -96,7 +96,7 @@ class OpusBackend(BackendBase):
                query_start_loc, row_ends, out, out_offsets, records, row_starts=None, *,
                path_stats=None) -> None:
         """`path_stats` (tests only): an int64 [2] the i8 body adds its fast / canonical stage
-        counts to."""
+        counts to (stages of instances.I8_STAGE_KEYS keys; instances.i8_stages gives their sum)."""
         module = jit.load()
         inst = self._instance(cfg.instance)
         groups, parts = cfg.prefill_grid

@@ -2,7 +2,8 @@
 
 At import this module parses registry.h's `OPUS_INSTANCES` X-macro (one
 `X(id, name, arch, family, rows, warps, keys, stages, ctas, heads_mask)` a row, the format
-docs/adding-an-instance.md describes), its `OPUS_ARCH_NAME_<arch>` tokens and `OPUS_PAGE_SIZES`.
+docs/adding-an-instance.md describes), its `OPUS_ARCH_NAME_<arch>` tokens, `OPUS_PAGE_SIZES` and
+`OPUS_I8_STAGE_KEYS` (the keys of one stage of the i8 body: what one count of its path_stats is).
 Before the extension is built the backend lists these; once it is loaded it lists the C++
 registry's own entries, which are equal (tests/test_opus_build.py compiles registry.h into a
 host program and compares). Names: <arch>_<family>_r<rows>w<warps>.
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from ...core.instance import Instance
 from ...core.modes import MODES
+from ...worksplit import rules as worksplit
 
 BACKEND = "opus"
 REGISTRY_H = Path(__file__).with_name("csrc") / "registry.h"
@@ -78,6 +80,19 @@ def parse_page_sizes(text: str) -> tuple[int, ...]:
     return tuple(int(v, 0) for v in re.findall(r"\w+", _macro_body(text, "OPUS_PAGE_SIZES")))
 
 
+def parse_i8_stage_keys(text: str) -> int:
+    """Keys of one i8 consumer stage (registry.h's OPUS_I8_STAGE_KEYS: the sequence's 64-key tiles
+    it holds are voted on as one, and path_stats counts such stages)."""
+    body = _macro_body(text, "OPUS_I8_STAGE_KEYS").strip()
+    try:
+        keys = int(body, 0)
+    except ValueError:
+        raise RegistryFormatError(f"{REGISTRY_H}: OPUS_I8_STAGE_KEYS is {body!r}; want a number") from None
+    if keys <= 0 or keys % 64:
+        raise RegistryFormatError(f"{REGISTRY_H}: OPUS_I8_STAGE_KEYS = {keys}; want whole 64-key tiles")
+    return keys
+
+
 def parse_arches(text: str) -> tuple[str, ...]:
     """The device arch tokens csrc/ has bodies for (OPUS_ARCH_NAME_*), in registry.h's order."""
     return tuple(re.findall(r'^#define OPUS_ARCH_NAME_\w+ "([^"]+)"', text, re.M))
@@ -87,6 +102,27 @@ _TEXT = REGISTRY_H.read_text()
 REGISTRY = parse_registry(_TEXT)
 PAGE_SIZES = parse_page_sizes(_TEXT)
 ARCHES = parse_arches(_TEXT)
+I8_STAGE_KEYS = parse_i8_stage_keys(_TEXT)
+
+
+def i8_stages(cfg, inst: Instance, mode: str, query_start_loc, row_ends) -> int:
+    """The stages an i8 launch of `cfg` in `mode` scores, which its path_stats counters add up to
+    (tests, scripts/i8_smoke.py): each piece of the work split (worksplit/rules.py: the kernel's
+    own rules) scores one stage for every group of I8_STAGE_KEYS / 64 sequence tiles (4j .. 4j + 3)
+    that holds one of its tiles below its row group's key end (docs/numerics.md, "Integer
+    tiles"). query_start_loc, row_ends: sequences of ints (or tensors)."""
+    qsl, ends, cap = [int(v) for v in query_start_loc], [int(v) for v in row_ends], cfg.max_seq_len
+    rows, block_n = inst.rows, inst.block_n
+    if mode == "prefill":
+        groups, parts = cfg.prefill_grid
+        pieces = [pc for g in range(groups) for part in range(parts)
+                  for pc in worksplit.prefill_work(qsl, ends, g, part, rows, block_n, parts, cap)]
+    else:  # the Table records and Free's own range scan are the same split
+        recs = worksplit.schedule_records(qsl, ends, cfg.table_grid, rows, block_n, worksplit.seq_lanes(cfg.max_seqs),
+                                          cap)
+        pieces = [pc for rec in recs for pc in worksplit.free_work(qsl, ends, *rec[:4], rows, block_n, cap)]
+    tiles = I8_STAGE_KEYS // block_n
+    return sum(len({t // tiles for t in worksplit.piece_tiles(ends, pc, block_n, cap)}) for pc in pieces)
 
 
 def ctas_for_heads(ctas: int, heads: int) -> int:

@@ -33,7 +33,8 @@ struct LaunchArgs {
   void* out;                   // out_kind elements: 2-D [>= num_rows, out_cols] (row stride stride_out) or flat [out_numel]
   const int64_t* out_offsets;  // [>= num_rows] for a flat out, else null
   const int32_t* records;      // [>= grid_x, kRecordInts] in Table mode, else null
-  unsigned long long* path_stats;  // [2] or null: stages a body scored on its fast / canonical path (tests)
+  // [2] or null: stages (i8: OPUS_I8_STAGE_KEYS keys) a body scored on its fast / canonical path (tests)
+  unsigned long long* path_stats;
 
   int64_t stride_w;            // elements between weight rows
   int64_t stride_bt;           // entries between block-table rows

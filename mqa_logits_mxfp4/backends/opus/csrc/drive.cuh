@@ -75,6 +75,17 @@ OPUS_DEV void store_at(const LaunchArgs& args, char* row, long long i, float v) 
   else
     reinterpret_cast<uint16_t*>(row)[i] = args.out_kind == kOutBF16 ? f32_to_bf16_rn(v) : f32_to_f16_rn(v);
 }
+// Bodies that choose the narrow out at compile time (the i8 consumers): its element size, and
+// key n of the out row at `row` (a byte address).
+template <bool NARROW>
+constexpr long long kOutBytes = NARROW ? 2 : 4;
+template <bool NARROW>
+OPUS_DEV void store_key(const LaunchArgs& args, char* row, int n, float v) {
+  if constexpr (NARROW)
+    reinterpret_cast<uint16_t*>(row)[n] = args.out_kind == kOutBF16 ? f32_to_bf16_rn(v) : f32_to_f16_rn(v);
+  else
+    reinterpret_cast<float*>(row)[n] = v;
+}
 // The out's element `idx` (a row's base plus its key) as a byte address.
 OPUS_DEV char* out_cell(const LaunchArgs& args, long long idx) { return static_cast<char*>(args.out) + idx * args.out_bytes; }
 OPUS_DEV void store_out(const LaunchArgs& args, long long idx, float v) { store_at(args, static_cast<char*>(args.out), idx, v); }

@@ -3,8 +3,9 @@
 // key tile into INT8 A fragments in registers and issue wgmma against the group's INT8 query
 // operand (B, in shared memory), then run the epilogue.
 //
-// Two paths a tile, chosen by the whole consumer warpgroup (docs/numerics.md, "Integer tiles"):
-//   fast      every key of the tile has its four block scales within 2^2 of its smallest, every
+// Two paths a stage (OPUS_I8_STAGE_KEYS = 256 keys, four 64-key tiles), chosen by the whole
+// consumer warpgroup (docs/numerics.md, "Integer tiles"):
+//   fast      every key of the stage has its four block scales within 2^2 of its smallest, every
 //             head within 2^3, and the magnitudes stay in range: each operand carries its
 //             blocks' offsets as shifts (the keys as unsigned bytes biased by 64, the bias taken
 //             back by a fifth, constant k-slice), one chained K = 128 wgmma gives the exact
@@ -12,38 +13,41 @@
 //             (the relu) and an FMA (the head weight carries the query's smallest scale, the
 //             key's is applied after the head sum). Not the canonical order; within the
 //             tolerance, and finite exactly where it is.
-//   canonical every other tile: one wgmma chain a scale block (the other blocks' lanes zeroed)
+//   canonical every other stage: one wgmma chain a scale block (the other blocks' lanes zeroed)
 //             gives each exact block partial, then docs/numerics.md steps 2-5 in order; its bits
 //             are the canonical ones.
 //
 // Roles (warpgroup 0 produces, warpgroups 1..CONS consume):
 //   schedule  every thread walks the same pieces (worksplit.h); a stage is the sequence's tiles
-//             2j, 2j + 1 (whatever the piece's bounds: the same stages and votes in every mode,
+//             4j .. 4j + 3 (whatever the piece's bounds: the same stages and votes in every mode,
 //             each piece storing only its own keys), and a piece's stages go round robin to the
 //             consumer warpgroups, the k-th from the one holding tile t0 to consumer k % CONS.
-//   producer  warp c of warpgroup 0 fills consumer c's stages (128 keys each): per chunk of
+//   producer  warp c of warpgroup 0 fills consumer c's stages (256 keys each): per chunk of
 //             min(page size, 64) keys of one page, one table lookup and two bulk copies (key
 //             rows, scale words) onto the stage's barrier; a chunk the table sends outside the
 //             cache gets NaN scales and is not read. (A kv_scale that is only 4-byte aligned
 //             is copied key by key with cp.async instead.)
 //   consumer  per piece: the group's query operand, weights and factors into shared memory;
-//             per stage: scales and key bytes from the stage, release it, vote the path; on the
-//             fast path per 64-key M block and 64-column chunk: convert, wgmma, and the previous
-//             unit's epilogue and store while this one's wgmma runs.
+//             per stage: the scales, one warpgroup vote on the path, then the four 64-key M
+//             blocks, each one's key bytes read from the stage just before it is converted (the
+//             stage is released after the last M block's read); on the fast path per M block and
+//             64-column chunk: convert, wgmma, and the previous unit's epilogue and store while
+//             this one's wgmma runs.
 #pragma once
 
 #include "args.h"
 #include "drive.cuh"
 #include "i8_encode.h"
 #include "port.h"
+#include "registry.h"
 #include "sm90_ptx.cuh"
 #include "worksplit.h"
 
 namespace opus {
 namespace sm90 {
 
-// The fast tile rule (docs/numerics.md, "Integer tiles"): a key's four scale bytes span at most
-// kI8KeySpread, a head's at most kI8QuerySpread, and all lie in [kI8Lo, kI8Hi]; over the tile's
+// The fast stage rule (docs/numerics.md, "Integer tiles"): a key's four scale bytes span at most
+// kI8KeySpread, a head's at most kI8QuerySpread, and all lie in [kI8Lo, kI8Hi]; over the stage's
 // keys and the group's heads,
 // kmax + qmax <= kI8PairHi (no canonical block term can overflow) and kmax + log2 max|w'| <=
 // kI8WeightKey (no canonical or fast partial sum can); every live weight is finite and its
@@ -57,6 +61,11 @@ constexpr int kI8WExpLo = -100, kI8WExpHi = 92;
 
 // The dynamic shared memory (every extern __shared__ array starts there): I8Smem.
 extern __shared__ __align__(128) unsigned char i8_smem[];
+// Where it starts in the CTA's shared window (the low 18 bits of its shared address, all a wgmma
+// descriptor holds): after the 1 KB sm_90 reserves, the kernel having no static shared memory.
+// The wgmma descriptors are built from it at compile time; the kernel traps at entry if the
+// address differs.
+constexpr uint32_t kI8SmemBase = 0x400;
 
 // Scale words for keys nothing may be read for: a dead key (past the group's rows: finite,
 // never stored) and a key whose table entry lies outside the cache (NaN cells).
@@ -69,11 +78,14 @@ struct I8Shape {
   static constexpr int CHUNKS = N / NC;
   static constexpr int ACC = NC / 2;               // accumulators a thread holds for one chunk
   static constexpr int NT = NC / 8;                // 8-column groups of a chunk
-  static constexpr int MB = 2;                     // 64-key M blocks (one 64-key tile each) a stage
-  static constexpr int KEYS = 64 * MB;             // keys a stage
+  static constexpr int KEYS = OPUS_I8_STAGE_KEYS;  // keys a stage (registry.h: what path_stats counts)
+  static constexpr int MB = KEYS / kBlockN;        // 64-key M blocks (one 64-key tile each) a stage
+  static constexpr int VK = MB / 2;                // keys a lane judges in the vote
   // A ring a consumer: deep enough to cover a block-table read plus a DRAM round trip at the
-  // bandwidth floor (three consumers' rings must fit 227 KB)
-  static constexpr int STAGES = CONS == 3 ? 6 : 8;
+  // bandwidth floor (three consumers' rings must fit 227 KB): 768 keys (CONS 3), 1024 (CONS 2)
+  static constexpr int STAGES = (CONS == 3 ? 768 : 1024) / KEYS;
+  static_assert(KEYS % kBlockN == 0 && (MB & (MB - 1)) == 0 && MB >= 2, "a stage: 2, 4, ... whole tiles");
+  static_assert(STAGES >= 2, "a ring of at least two stages");
   static constexpr int CT = 128 * CONS;            // consumer threads
   static constexpr int THREADS = 128 + CT;
   // The fast path keeps its weights in registers only with one 64-key M block's worth of columns:
@@ -93,8 +105,8 @@ struct I8Shape {
   static_assert(CONSUMER_REGS >= LAUNCH_REGS && PRODUCER_REGS <= LAUNCH_REGS, "setmaxnreg directions");
 };
 
-// One stage: the sequence's 64-key tiles 2j and 2j + 1 (either may lie outside the piece that
-// scores it: loaded and voted on below the row group's key end, never stored).
+// One stage: the sequence's 64-key tiles MB j .. MB j + MB - 1 (4j .. 4j + 3; any may lie outside
+// the piece that scores it: loaded and voted on below the row group's key end, never stored).
 template <int KEYS>
 struct I8Stage {
   uint8_t raw[KEYS * kHeadBytes];  // key k's block b at k * 64 + 16 * b, as in the cache page
@@ -158,7 +170,7 @@ OPUS_DEV PieceWalk make_walk(const LaunchArgs& args, const SeqView& sv, int rows
 }
 
 // The keys [gbeg, gend) a piece's row group sees: from the smallest window start of its rows to
-// the largest row end. A stage holds the sequence's tiles 2j and 2j + 1 whatever the piece's
+// the largest row end. A stage holds the sequence's tiles 4j .. 4j + 3 whatever the piece's
 // bounds, so that its path vote is the same in every mode (the pieces of Free, Table and Prefill
 // start at different tiles): it loads and votes on every key in [gbeg, gend), and stores only
 // the piece's own keys.
@@ -177,8 +189,9 @@ OPUS_DEV void group_keys(const LaunchArgs& args, const Piece& p, int& gbeg, int&
 }
 // The first key a piece scores: its first tile, or the tile of the group's start.
 OPUS_DEV int piece_first_key(const Piece& p, int gbeg) { return imax(p.t0, gbeg / kBlockN) * kBlockN; }
-// The first key of the stage that holds tile t (stages pair tiles 2j, 2j + 1 of the sequence).
-OPUS_DEV int stage_start(int t) { return (t & ~1) * kBlockN; }
+// The first key of the stage that holds tile t (a stage: tiles MB j .. MB j + MB - 1 of the sequence).
+template <int MB>
+OPUS_DEV int stage_start(int t) { return (t & ~(MB - 1)) * kBlockN; }
 
 OPUS_DEV int byte_of(uint32_t w, int i) { return int(w >> (8 * i) & 0xFFu); }
 OPUS_DEV int min4(uint32_t w) { return imin(imin(byte_of(w, 0), byte_of(w, 1)), imin(byte_of(w, 2), byte_of(w, 3))); }
@@ -210,9 +223,9 @@ struct I8Producer {
 
   // Keys [n0, n0 + KEYS) in chunks of L = min(page size, 64) keys, each inside one page and
   // contiguous there: lane l copies chunk l with two bulk copies (its 64-byte key rows and its
-  // scale words) that land on the stage's `full` barrier. A chunk wholly outside [gbeg, gend) is
-  // not read (the consumers ignore those keys); a chunk whose page lies outside the cache gets
-  // NaN scales and no read.
+  // scale words) that land on the stage's `full` barrier. A chunk wholly outside [gbeg, gend) is not
+  // read (the consumers ignore those keys); a chunk whose page lies outside the cache gets NaN
+  // scales and no read.
   OPUS_DEV int chunk_keys() const { return imin(args.page_size, 64); }  // a power of two, 8..64
   // The cache slot of this lane's chunk of the stage at n0: -2 not read, -1 outside the cache.
   OPUS_DEV long long chunk_slot(const int32_t* bt_row, int n0, int gbeg, int gend) const {
@@ -262,7 +275,7 @@ struct I8Producer {
     if (kbeg >= kend) return;  // the consumers skip it too (its first stage may start below kend)
     const int32_t* bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;
     constexpr int STEP = S::KEYS * CONS;
-    int n0 = stage_start(kbeg / kBlockN) + S::KEYS * c;
+    int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;
     long long slot = bulk ? chunk_slot(bt_row, n0, gbeg, gend) : -2;
 #pragma unroll 1
     for (; n0 < kend; n0 += STEP, ring.advance()) {
@@ -281,7 +294,9 @@ struct I8Producer {
 
 // ------------------------------------------------------------------------------------ consumer
 
-template <int R, int H, int CONS>
+// NARROW: a bfloat16 / float16 out (the float32 result rounded once at the store; the f32 kernel
+// code is the same as without narrow outs): one consumer for each, chosen at the kernel's entry.
+template <int R, int H, int CONS, bool NARROW>
 struct I8Consumer {
   using S = I8Shape<R, H, CONS>;
   using Sm = I8Smem<R, H, CONS>;
@@ -298,13 +313,13 @@ struct I8Consumer {
   // Per stage, read from sm.piece_keys (registers the stage loop does not have to carry): the
   // group's keys [vbeg, vend) (they vote) and khi.
   int khi = 0;   // a key's largest byte on a fast tile is at most this (0: the group never is fast)
-  // Where the group's rows store: their ends in registers for up to two rows, read from shared
-  // memory for more (registers the wider groups' stage loops do not have); their out pointers
-  // and first keys from shared memory every time (kept in registers across the stage loop,
-  // they made ptxas spill inside it at two consumer warpgroups)
+  // The group's output rows and where their stores end: in registers for up to two rows, read
+  // from shared memory for more (registers the wider groups' stage loops do not have); where
+  // their stores start, from shared memory always
   static constexpr bool ROWS_IN_REGS = R <= 2;
+  char* orow[ROWS_IN_REGS ? R : 1];
   int rend[ROWS_IN_REGS ? R : 1];
-  OPUS_DEV char* row_out(int r) const { return sm.optr[r]; }
+  OPUS_DEV char* row_out(int r) const { return ROWS_IN_REGS ? orow[ROWS_IN_REGS ? r : 0] : sm.optr[r]; }
   OPUS_DEV int row_beg(int r) const { return sm.rbeg[r]; }
   OPUS_DEV int row_end(int r) const { return ROWS_IN_REGS ? rend[ROWS_IN_REGS ? r : 0] : sm.rend[r]; }
   float wreg[S::W_IN_REGS ? S::N / 4 : 1];
@@ -413,7 +428,7 @@ struct I8Consumer {
       row_window(args, r0 + ct, r0 + ct < r1, sm.rbeg[ct], sm.rend[ct], sm.obase[ct]);
       sm.rbeg[ct] = imax(sm.rbeg[ct], kbeg);  // stores stay inside the piece's own tiles
       sm.rend[ct] = imin(sm.rend[ct], kend);
-      sm.optr[ct] = out_cell(args, sm.obase[ct]);
+      sm.optr[ct] = static_cast<char*>(args.out) + sm.obase[ct] * kOutBytes<NARROW>;
     }
     const bool fast = bar_and(1, S::CT, mine);
     int qmax_g = 0, wexp_g = -127;
@@ -430,6 +445,7 @@ struct I8Consumer {
     if constexpr (ROWS_IN_REGS) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
+        orow[r] = sm.optr[r];
         rend[r] = sm.rend[r];
       }
     }
@@ -443,11 +459,12 @@ struct I8Consumer {
     }
   }
 
-  // The descriptor of k-slice j (4: the bias slice), chunk ch, from the operand's shared-memory
-  // address through the dynamic shared memory's symbol: a link-time constant, so every
-  // descriptor is one (no per-stage address arithmetic, no register moves into the wgmma).
-  static OPUS_DEV uint64_t b_desc(int j, int ch) {
-    return smem_desc(i8_smem + offsetof(Sm, qb) + j * (S::N * 32) + ch * (S::NC / 8) * 256, 128, 256);
+  // The descriptor of k-slice j (4: the bias slice), chunk ch: a compile-time constant, from the
+  // operand's offset in I8Smem and the dynamic shared memory's place in the CTA's window
+  // (kI8SmemBase, which the kernel checks at entry). From the symbol's address instead, ptxas
+  // computed every descriptor of every stage again (address arithmetic, then two R2UR a wgmma).
+  static OPUS_DEV constexpr uint64_t b_desc(int j, int ch) {
+    return smem_desc_at(kI8SmemBase + uint32_t(offsetof(Sm, qb) + j * (S::N * 32) + ch * (S::NC / 8) * 256), 128, 256);
   }
 
   // Keys of this thread in M block mb: rows g (k = 0) and g + 8 (k = 1) of the warp's 16.
@@ -455,6 +472,19 @@ struct I8Consumer {
   // Byte offset in a stage of block t of key_of(0, 0) (eight lanes read two whole keys: 32 banks).
   OPUS_DEV int raw_offset() const { return key_of(0, 0) * kHeadBytes + 16 * t; }
   static OPUS_DEV constexpr int raw_step(int mb, int k) { return (64 * mb + 8 * k) * kHeadBytes; }
+  // This thread's key bytes of M block mb (block t of keys key_of(mb, 0), key_of(mb, 1)).
+  static OPUS_DEV void load_raw(const uint8_t* raw_base, int mb, uint4 (&raw)[2]) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) raw[k] = *reinterpret_cast<const uint4*>(raw_base + raw_step(mb, k));
+  }
+  // The vote: lane t of a quad judges VK of the quad's keys (its 2 MB keys key_of(mb, k)), the v-th
+  // (v < VK) being key_of(2v + t / 2, t % 2). So key_of(mb, k) is judged by quad lane
+  // judge(mb, k) as its (mb / 2)-th, and a shuffle inside the quad hands its offsets over.
+  OPUS_DEV int judged_key(int v) const { return key_of(2 * v + (t >> 1), t & 1); }
+  static OPUS_DEV constexpr int judge(int mb, int k) { return 2 * (mb & 1) + k; }
+  // Lane q of this thread's quad: its value of v.
+  template <class T>
+  static OPUS_DEV T quad_get(T v, int q) { return __shfl_sync(0xFFFFFFFFu, v, q, 4); }
 
   // A fragments of M block mb: a[j] for k-slice j; registers 0/2 hold key k0's block t word j
   // (elements 0..3 / 4..7), 1/3 key k1's. The canonical path's: signed, unshifted.
@@ -491,7 +521,7 @@ struct I8Consumer {
   OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {
     uint32_t ab[4];
     bias_operand(ab);
-    WgmmaI8<NC, true>::run(acc, ab, b_desc(kScaleBlocks, ch), false);
+    WgmmaI8<NC, true>::start(acc, ab, b_desc(kScaleBlocks, ch));
 #pragma unroll
     for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), true);
   }
@@ -506,14 +536,16 @@ struct I8Consumer {
   }
 
   // ---- the fast path, one unit (an M block's 64 keys x one chunk of NC columns) at a time.
-  // Unit u of a stage is M block u / CHUNKS, chunk u % CHUNKS, accumulated in acc[u & 1]: the
-  // wgmma of unit u runs while the epilogue of unit u - 1 does (and M block 1's conversion while
-  // unit 0's wgmma does). The stage drains before it ends: a wgmma in flight across the stage
-  // loop makes ptxas serialize every wgmma of the kernel (C7514/C7518).
+  // Unit u of a stage is M block u / CHUNKS, chunk u % CHUNKS, accumulated in acc[u & 1]; M
+  // block mb's A fragments are afr[mb & 1] (two M blocks' operands live, whatever MB). The wgmma
+  // of unit u runs while the epilogue of unit u - 1 does, and M block mb + 1 is converted while
+  // the last unit of M block mb runs its wgmma (afr[(mb + 1) & 1] last fed M block mb - 1, whose
+  // units have all retired by then). The stage drains before it ends: a wgmma in flight across
+  // the stage loop makes ptxas serialize every wgmma of the kernel (C7514/C7518).
   static constexpr int UNITS = S::MB * S::CHUNKS;
   static constexpr int RPC = S::NC >= H ? S::NC / H : 1;  // rows a chunk ends (H = 2 NC: one)
   int32_t acc[2][S::ACC];
-  uint32_t afr[S::MB][4][4];
+  uint32_t afr[2][4][4];
   float first_chunk[2];          // H = 2 NC: the row's first-chunk sums of keys g, g + 8
 
   // relu(I) * 2^-22 in one FMA-pipe instruction: I's bits read as a float are I * 2^-149 (a
@@ -563,7 +595,7 @@ struct I8Consumer {
     float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));
     v = fadd_rn(v, warp_xor(v, 2));
     const int n = n0 + key_of(mb, k_own ? 1 : 0);
-    if (t < 2 && n >= row_beg(r) && n < row_end(r)) store_at(args, row_out(r), n, fmul_rn(v, scale));
+    if (t < 2 && n >= row_beg(r) && n < row_end(r)) store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));
   }
 
   // The epilogue of unit u (its wgmma has retired).
@@ -584,21 +616,37 @@ struct I8Consumer {
     for (int lr = 0; lr < RPC; ++lr) store_row(H >= S::NC ? ch * S::NC / H : ch * RPC + lr, rs[lr], n0, mb, scale);
   }
 
-  OPUS_DEV void fast_stage(const uint4 (&raw)[S::MB][2], const int (&d)[S::MB][2], const float (&scale)[S::MB], int n0) {
+  // The fast path of a stage. raw: M block 0's key bytes (read before the vote); offsets[v] /
+  // factor[v]: the block offsets from the smallest scale byte (one byte each) and 2^(kmin - 129)
+  // of this lane's v-th judged key, handed to the quad lanes that convert and store it. Each later
+  // M block's bytes are read just before its conversion, and the stage is released after the
+  // last one's read.
+  OPUS_DEV void fast_stage(const uint8_t* raw_base, uint4 (&raw)[2], const uint32_t (&offsets)[S::VK],
+                           const float (&factor)[S::VK], int n0, uint64_t* empty) {
+    float scale[2];  // M block mb's in scale[mb & 1]: the factor of the key this lane stores
 #pragma unroll
     for (int u = 0; u < UNITS; ++u) {
       const int mb = u / S::CHUNKS, ch = u % S::CHUNKS;
-      if (ch == 0) convert_fast(raw[mb][0], raw[mb][1], d[mb][0], d[mb][1], afr[mb]);
+      if (ch == 0) {
+        int d[2];
+#pragma unroll
+        for (int k = 0; k < 2; ++k)  // block t's offset: 0..2 on every scored key
+          d[k] = int(quad_get(offsets[mb >> 1], judge(mb, k)) >> (8 * t)) & 3;
+        scale[mb & 1] = quad_get(factor[mb >> 1], judge(mb, t & 1));  // the key this lane stores
+        if (mb > 0) load_raw(raw_base, mb, raw);
+        if (mb == S::MB - 1) mbar_arrive(empty);  // the stage's last read
+        convert_fast(raw[0], raw[1], d[0], d[1], afr[mb & 1]);
+      }
       wgmma_fence();
-      mma_chunk_fast<S::NC>(acc[u & 1], afr[mb], ch);
+      mma_chunk_fast<S::NC>(acc[u & 1], afr[mb & 1], ch);
       wgmma_commit();
       if (u > 0) {
         retired<1>(acc[(u - 1) & 1]);
-        retire(u - 1, n0, scale[(u - 1) / S::CHUNKS]);
+        retire(u - 1, n0, scale[((u - 1) / S::CHUNKS) & 1]);
       }
     }
     retired<0>(acc[(UNITS - 1) & 1]);
-    retire(UNITS - 1, n0, scale[S::MB - 1]);
+    retire(UNITS - 1, n0, scale[(S::MB - 1) & 1]);
   }
 
   // The canonical head tree of one (row, key) over x[H/8][2] (heads 8i + 2t + e).
@@ -629,6 +677,12 @@ struct I8Consumer {
   // Canonical path of one M block: one block at a time (the other blocks' key lanes zeroed),
   // then docs/numerics.md steps 2-5 in order.
   OPUS_DEV void canonical_mb(const uint32_t (&a)[4][4], uint32_t sc0, uint32_t sc1, int n0, int mb) {
+    float sk[2][kScaleBlocks];
+#pragma unroll
+    for (int b = 0; b < kScaleBlocks; ++b) {
+      sk[0][b] = e8m0_to_f32(uint32_t(byte_of(sc0, b)));
+      sk[1][b] = e8m0_to_f32(uint32_t(byte_of(sc1, b)));
+    }
     float keep[S::ACC];  // H = 2 NC: the relu'd block sums of the row's first chunk
 #pragma unroll  // a rolled loop around wgmma makes ptxas serialize every wgmma (C7520)
     for (int ch = 0; ch < S::CHUNKS; ++ch) {
@@ -646,8 +700,6 @@ struct I8Consumer {
         mma_chunk<S::NC>(blk, am, ch);
         wgmma_commit();
         retired<0>(blk);
-        // the two keys' block-b scales, decoded here (eight live across the block loop spilled)
-        const float sk[2] = {e8m0_to_f32(uint32_t(byte_of(sc0, b))), e8m0_to_f32(uint32_t(byte_of(sc1, b)))};
 #pragma unroll
         for (int i = 0; i < S::NT; ++i) {
           const int col = ch * S::NC + 8 * i + 2 * t;
@@ -659,7 +711,7 @@ struct I8Consumer {
             for (int e = 0; e < 2; ++e) {
               const int idx = 4 * i + 2 * kk + e;
               const float pb = fmul_rn(__int2float_rn(blk[idx]), e ? u.y : u.x);  // the exact block partial
-              const float tv = fmul_rn(fmul_rn(pb, sk[kk]), e ? q.y : q.x);
+              const float tv = fmul_rn(fmul_rn(pb, sk[kk][b]), e ? q.y : q.x);
               s[idx] = b == 0 ? tv : fadd_rn(s[idx], tv);
             }
         }
@@ -693,9 +745,22 @@ struct I8Consumer {
             }
           const float val = head_tree(x, r);
           const int n = n0 + key_of(mb, kk);
-          if (t == kk && n >= sm.rbeg[r] && n < sm.rend[r]) store_out(args, sm.obase[r] + n, val);
+          if (t == kk && n >= sm.rbeg[r] && n < sm.rend[r]) store_key<NARROW>(args, sm.optr[r], n, val);
         }
       }
+    }
+  }
+
+  // The canonical path of a stage: its M blocks one after another, each one's bytes and scales
+  // read just before it is converted; the stage is released after the last M block's reads.
+  OPUS_DEV void canonical_stage(const Stage& st, const uint8_t* raw_base, uint4 (&raw)[2], int n0, uint64_t* empty) {
+#pragma unroll 1  // rolled: one copy of the canonical body (each M block drains its wgmma)
+    for (int m = 0; m < S::MB; ++m) {
+      if (m > 0) load_raw(raw_base, m, raw);
+      const uint32_t sc0 = st.scale[key_of(m, 0)], sc1 = st.scale[key_of(m, 1)];
+      if (m == S::MB - 1) mbar_arrive(empty);  // the stage's last read
+      convert(raw[0], raw[1], afr[0]);
+      canonical_mb(afr[0], sc0, sc1, n0, m);
     }
   }
 
@@ -704,53 +769,45 @@ struct I8Consumer {
     const int vbeg = sm.piece_keys[c][0], vend = sm.piece_keys[c][1];
     khi = sm.piece_keys[c][2];
     const Stage& st = sm.stage[c][ring.slot];
-    // Each lane judges one key of the warp's 32 (M block lane / 16, row lane % 16) and hands its
-    // block offsets from the smallest scale byte (one byte each) to the lanes that convert it.
+    uint64_t* const empty = &sm.empty[c][ring.slot];
+    const uint8_t* raw_base = st.raw + raw_offset();
+    uint4 raw[2];  // M block 0's bytes, read first: both paths convert them first
+    load_raw(raw_base, 0, raw);
+    // Each lane judges VK keys (judged_key: a warp owns 16 keys of each M block, a quad the two of
+    // each that its lanes convert) and hands their block offsets from the smallest scale byte (one
+    // byte each) and their factors to the quad's lanes that convert and store them.
     // Keys outside the group's [vbeg, vend) are not scored: their bytes (stale, or the page's
     // other keys) take no part in the vote; the stage's other keys do, whichever piece stores them.
-    const int my_key = 64 * (lane >> 4) + 16 * warp + (lane & 15);
-    const uint32_t my_scale = st.scale[my_key];
-    const int my_kmin = min4(my_scale);
+    uint32_t my_scale[S::VK];
+    int my_kmin[S::VK];
+#pragma unroll
+    for (int v = 0; v < S::VK; ++v) {
+      my_scale[v] = st.scale[judged_key(v)];
+      my_kmin[v] = min4(my_scale[v]);
+    }
     bool fast = false;
     if (khi > 0) {  // uniform: the group's verdict
-      const int my_kmax = max4(my_scale);
-      const bool outside = uint32_t(n0 + my_key - vbeg) >= uint32_t(vend - vbeg);  // vbeg <= vend
-      const bool ok = outside || (my_kmax - my_kmin <= kI8KeySpread && my_kmin >= kI8Lo && my_kmax <= khi);
-      fast = bar_and(2 + c, 128, ok);
+      bool ok = true;
+#pragma unroll
+      for (int v = 0; v < S::VK; ++v) {
+        const int my_kmax = max4(my_scale[v]);
+        ok = ok && (uint32_t(n0 + judged_key(v) - vbeg) >= uint32_t(vend - vbeg) ||  // outside; vbeg <= vend
+                    (my_kmax - my_kmin[v] <= kI8KeySpread && my_kmin[v] >= kI8Lo && my_kmax <= khi));
+      }
+      fast = bar_and(2 + c, 128, ok);  // the stage's one vote: all its keys in [vbeg, vend)
     }
-    const uint8_t* raw_base = st.raw + raw_offset();
-    uint4 raw[S::MB][2];
-#pragma unroll
-    for (int m = 0; m < S::MB; ++m)
-#pragma unroll
-      for (int k = 0; k < 2; ++k) raw[m][k] = *reinterpret_cast<const uint4*>(raw_base + raw_step(m, k));
     if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);
     if (fast) {
-      const uint32_t my_offsets = my_scale - uint32_t(my_kmin) * 0x01010101u;  // no borrows: bytes >= kmin
-      const float my_factor = __uint_as_float(uint32_t(imax(my_kmin, 2) - 2) << 23);  // 2^(kmin - 129)
-      int d[S::MB][2];
-      float scale[S::MB];
+      uint32_t offsets[S::VK];
+      float factor[S::VK];
 #pragma unroll
-      for (int m = 0; m < S::MB; ++m) {
-#pragma unroll
-        for (int k = 0; k < 2; ++k)  // block t's offset: 0..2 on every scored key
-          d[m][k] = int(warp_bcast(my_offsets, 16 * m + g + 8 * k) >> (8 * t)) & 3;
-        scale[m] = warp_bcast(my_factor, 16 * m + g + 8 * (t & 1));  // the key this lane stores
+      for (int v = 0; v < S::VK; ++v) {
+        offsets[v] = my_scale[v] - uint32_t(my_kmin[v]) * 0x01010101u;  // no borrows: bytes >= kmin
+        factor[v] = __uint_as_float(uint32_t(imax(my_kmin[v], 2) - 2) << 23);  // 2^(kmin - 129)
       }
-      mbar_arrive(&sm.empty[c][ring.slot]);
-      fast_stage(raw, d, scale, n0);
+      fast_stage(raw_base, raw, offsets, factor, n0, empty);
     } else {
-      uint32_t sc[S::MB][2];
-#pragma unroll
-      for (int m = 0; m < S::MB; ++m)
-#pragma unroll
-        for (int k = 0; k < 2; ++k) sc[m][k] = st.scale[key_of(m, k)];
-      mbar_arrive(&sm.empty[c][ring.slot]);
-#pragma unroll
-      for (int m = 0; m < S::MB; ++m) {
-        convert(raw[m][0], raw[m][1], afr[0]);
-        canonical_mb(afr[0], sc[m][0], sc[m][1], n0, m);
-      }
+      canonical_stage(st, raw_base, raw, n0, empty);
     }
   }
 
@@ -762,9 +819,26 @@ struct I8Consumer {
     if (kbeg >= kend) return;  // the producer skips it too
     setup_group(p, gbeg, gend, kbeg);
 #pragma unroll 1
-    for (int n0 = stage_start(kbeg / kBlockN) + S::KEYS * c; n0 < kend; n0 += S::KEYS * CONS, ring.advance()) stage(n0);
+    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c; n0 < kend; n0 += S::KEYS * CONS, ring.advance())
+      stage(n0);
   }
 };
+
+// A consumer thread's pieces (ct: its index among the consumer threads).
+template <int R, int H, int CONS, bool NARROW>
+OPUS_DEV void i8_consume(const LaunchArgs& args, I8Smem<R, H, CONS>& sm, PieceWalk walk, int ct, int lane) {
+  I8Consumer<R, H, CONS, NARROW> cons{args, sm};
+  cons.c = ct / 128;
+  cons.ct = ct;
+  cons.warp = (ct % 128) / 32;
+  cons.lane = lane;
+  cons.g = lane >> 2;
+  cons.t = lane & 3;
+  cons.count_paths = args.path_stats != nullptr && ct % 128 == 0;
+  Piece p;
+  while (walk.next(args, R, p))
+    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);
+}
 
 template <int R, int H, int CONS>
 __global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const LaunchArgs args) {
@@ -773,6 +847,7 @@ __global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const 
   auto& sm = *reinterpret_cast<I8Smem<R, H, CONS>*>(i8_smem);
   const SeqView sv = seq_view(args);
   const int tid = threadIdx.x, lane = tid & 31;
+  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base
   if (tid == 0) {
 #pragma unroll
     for (int c = 0; c < CONS; ++c)
@@ -807,17 +882,10 @@ __global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const 
     asm volatile("cp.async.wait_all;" ::: "memory");  // nothing in flight when the warp exits
   } else {
     regs_grow<S::CONSUMER_REGS>();
-    I8Consumer<R, H, CONS> cons{args, sm};
-    const int ct = tid - 128;
-    cons.c = ct / 128;
-    cons.ct = ct;
-    cons.warp = (ct % 128) / 32;
-    cons.lane = lane;
-    cons.g = lane >> 2;
-    cons.t = lane & 3;
-    cons.count_paths = args.path_stats != nullptr && ct % 128 == 0;
-    while (walk.next(args, R, p))
-      if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);
+    if (args.out_kind == kOutF32)
+      i8_consume<R, H, CONS, false>(args, sm, walk, tid - 128, lane);
+    else
+      i8_consume<R, H, CONS, true>(args, sm, walk, tid - 128, lane);
   }
 #else
   __trap();  // built for another arch: the launcher never routes here

@@ -26,9 +26,9 @@
 //           i8   sm90a INT8 wgmma (kernel_sm90_i8.cuh): a producer warpgroup gathers key tiles
 //                into stage rings (bulk copies), two (w12) or three (w16: 160 registers a thread,
 //                one row of <= 64 heads) consumer warpgroups convert them to INT8 and run one
-//                exact K = 128 chain a tile where a key's block scales differ by shifts of 0-2 and
-//                a head's by 0-3 (not the canonical order; within the tolerance), the canonical
-//                steps elsewhere. One CTA an SM
+//                exact K = 128 chain a tile on stages (OPUS_I8_STAGE_KEYS below) where every key's
+//                block scales differ by shifts of 0-2 and a head's by 0-3 (not the canonical
+//                order; within the tolerance), the canonical steps elsewhere. One CTA an SM
 //           mxf4 one scaled MFMA 32x32x64 a scale block on raw E2M1 operands, unit
 //                hardware scales (the E8M0 scales are applied on the VALU)
 //           mxsc gfx950 two scaled MFMAs 32x32x64 over the whole head_dim with the real E8M0
@@ -81,6 +81,12 @@
   X(17, sm90_i8_r2w12,     sm90,   i8,   2, 12, 64, 4, 1, 0xF)                 \
   X(18, sm90_i8_r4w12,     sm90,   i8,   4, 12, 64, 4, 1, 0x7)                 \
   X(19, sm90_i8_r8w12,     sm90,   i8,   8, 12, 64, 4, 1, 0x3)
+
+// Keys of one stage of the i8 body (kernel_sm90_i8.cuh): the sequence's 64-key tiles 4j .. 4j + 3,
+// converted and voted on (fast or canonical path) as one, and what one count of its path_stats
+// is. The one statement of it: the kernel's I8Shape and the Python side (instances.py
+// I8_STAGE_KEYS, which the tests count stages with) read it here.
+#define OPUS_I8_STAGE_KEYS 256
 
 // Page sizes every instance serves (keys are gathered one by one through the table).
 #define OPUS_PAGE_SIZES {8, 16, 32, 64, 128}

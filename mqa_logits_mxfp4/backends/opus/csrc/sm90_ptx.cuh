@@ -122,29 +122,51 @@ OPUS_DEV void pin(T& r) { asm volatile("" : "+r"(r)::"memory"); }
 
 // Shared-memory matrix descriptor of a K-major operand without swizzle: 8-row x 16-byte core
 // matrices, `k_step` bytes between cores adjacent in K, `mn_step` between cores adjacent in M/N.
+// smem_desc_at: the same from the operand's address in the CTA's shared window (`addr`), for
+// operands whose address is a compile-time constant.
+OPUS_HD constexpr uint64_t smem_desc_at(uint32_t addr, uint32_t k_step, uint32_t mn_step) {
+  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t((k_step >> 4) & 0x3FFFu) << 16) |
+         (uint64_t((mn_step >> 4) & 0x3FFFu) << 32);
+}
 OPUS_DEV uint64_t smem_desc(const void* base, uint32_t k_step, uint32_t mn_step) {
-  const uint64_t addr = (smem_addr(base) & 0x3FFFFu) >> 4;
-  return addr | (uint64_t((k_step >> 4) & 0x3FFFu) << 16) | (uint64_t((mn_step >> 4) & 0x3FFFu) << 32);
+  return smem_desc_at(smem_addr(base), k_step, mn_step);
 }
 
 #define OPUS_R4(d, i) "+r"(d[i]), "+r"(d[i + 1]), "+r"(d[i + 2]), "+r"(d[i + 3])
 #define OPUS_R8(d, i) OPUS_R4(d, i), OPUS_R4(d, i + 4)
 #define OPUS_R16(d, i) OPUS_R8(d, i), OPUS_R8(d, i + 8)
 #define OPUS_R32(d, i) OPUS_R16(d, i), OPUS_R16(d, i + 16)
+#define OPUS_W4(d, i) "=r"(d[i]), "=r"(d[i + 1]), "=r"(d[i + 2]), "=r"(d[i + 3])
+#define OPUS_W8(d, i) OPUS_W4(d, i), OPUS_W4(d, i + 4)
+#define OPUS_W16(d, i) OPUS_W8(d, i), OPUS_W8(d, i + 8)
+#define OPUS_W32(d, i) OPUS_W16(d, i), OPUS_W16(d, i + 16)
 
 // D (s32, 64 x N over the warpgroup) (+)= A (64 x 32, registers) x B (s8, 32 x N, shared); A is
 // s8, or u8 when KEY_U8. `acc` false starts from zero. Per thread: N/2 accumulators, 4 A registers.
+// start(): D = A x B, D's earlier values not an input (write-only operands: the registers of a
+// retired accumulator are free until the chain that reuses them starts).
 #define OPUS_IGMMA(SHAPE, ATYPE, DREGS, AREGS, DESC, PRED, ...)                                       \
   asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, " PRED ", 0;\n"                                   \
                "wgmma.mma_async.sync.aligned." SHAPE ".s32." ATYPE ".s8 " DREGS ", " AREGS ", " DESC \
                ", p;\n}\n"                                                                         \
                : __VA_ARGS__                                                                       \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(uint32_t(acc)))
+#define OPUS_IGMMA0(SHAPE, ATYPE, DREGS, AREGS, DESC, ...)                                            \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, 0, 0;\n"                                          \
+               "wgmma.mma_async.sync.aligned." SHAPE ".s32." ATYPE ".s8 " DREGS ", " AREGS ", " DESC \
+               ", p;\n}\n"                                                                         \
+               : __VA_ARGS__                                                                       \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
 #define OPUS_IGMMA_BOTH(SHAPE, DREGS, AREGS, DESC, PRED, ...)        \
   if constexpr (KEY_U8)                                              \
     OPUS_IGMMA(SHAPE, "u8", DREGS, AREGS, DESC, PRED, __VA_ARGS__);  \
   else                                                               \
     OPUS_IGMMA(SHAPE, "s8", DREGS, AREGS, DESC, PRED, __VA_ARGS__)
+#define OPUS_IGMMA0_BOTH(SHAPE, DREGS, AREGS, DESC, ...)         \
+  if constexpr (KEY_U8)                                          \
+    OPUS_IGMMA0(SHAPE, "u8", DREGS, AREGS, DESC, __VA_ARGS__);   \
+  else                                                           \
+    OPUS_IGMMA0(SHAPE, "s8", DREGS, AREGS, DESC, __VA_ARGS__)
 
 template <int N, bool KEY_U8 = false>
 struct WgmmaI8;
@@ -155,6 +177,9 @@ struct WgmmaI8<16, KEY_U8> {
     OPUS_IGMMA_BOTH("m64n16k32", "{%0, %1, %2, %3, %4, %5, %6, %7}", "{%8, %9, %10, %11}", "%12", "%13",
                     OPUS_R8(d, 0));
   }
+  static OPUS_DEV void start(int32_t (&d)[8], const uint32_t (&a)[4], uint64_t b) {
+    OPUS_IGMMA0_BOTH("m64n16k32", "{%0, %1, %2, %3, %4, %5, %6, %7}", "{%8, %9, %10, %11}", "%12", OPUS_W8(d, 0));
+  }
 };
 
 template <bool KEY_U8>
@@ -162,6 +187,10 @@ struct WgmmaI8<32, KEY_U8> {
   static OPUS_DEV void run(int32_t (&d)[16], const uint32_t (&a)[4], uint64_t b, bool acc) {
     OPUS_IGMMA_BOTH("m64n32k32", "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}",
                     "{%16, %17, %18, %19}", "%20", "%21", OPUS_R16(d, 0));
+  }
+  static OPUS_DEV void start(int32_t (&d)[16], const uint32_t (&a)[4], uint64_t b) {
+    OPUS_IGMMA0_BOTH("m64n32k32", "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}",
+                     "{%16, %17, %18, %19}", "%20", OPUS_W16(d, 0));
   }
 };
 
@@ -173,14 +202,26 @@ struct WgmmaI8<64, KEY_U8> {
                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}",
                     "{%32, %33, %34, %35}", "%36", "%37", OPUS_R32(d, 0));
   }
+  static OPUS_DEV void start(int32_t (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+    OPUS_IGMMA0_BOTH("m64n64k32",
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}",
+                     "{%32, %33, %34, %35}", "%36", OPUS_W32(d, 0));
+  }
 };
 
+#undef OPUS_IGMMA0_BOTH
 #undef OPUS_IGMMA_BOTH
+#undef OPUS_IGMMA0
 #undef OPUS_IGMMA
 #undef OPUS_R4
 #undef OPUS_R8
 #undef OPUS_R16
 #undef OPUS_R32
+#undef OPUS_W4
+#undef OPUS_W8
+#undef OPUS_W16
+#undef OPUS_W32
 
 }  // namespace sm90
 }  // namespace opus
