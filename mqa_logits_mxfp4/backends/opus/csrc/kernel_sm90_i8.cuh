@@ -106,7 +106,7 @@ struct I8Shape {
 };
 
 // One stage: the sequence's 64-key tiles MB j .. MB j + MB - 1 (4j .. 4j + 3; any may lie outside
-// the piece that scores it: loaded and voted on below the row group's key end, never stored).
+// the piece that scores it: loaded and voted on inside the row group's keys, never stored).
 template <int KEYS>
 struct I8Stage {
   uint8_t raw[KEYS * kHeadBytes];  // key k's block b at k * 64 + 16 * b, as in the cache page
