@@ -613,7 +613,7 @@ def test_gfx950_kernels_compile_to_the_scaled_mfma():
 MAX_TILE_LANE_OPS = 12
 
 
-def assert_clean_gfx9(k: dict, what: str, sgpr_spills: int = 10) -> None:  # 8 before the same issue-15 state
+def assert_clean_gfx9(k: dict, what: str, sgpr_spills: int = 12) -> None:  # 8 before the same issue-15 state
     assert (k["vgpr_spill"], k["scratch"], k["calls"]) == (0, 0, 0), what
     assert k["sgpr_spill"] <= sgpr_spills, f"{what}: SGPR spills (to VGPR lanes) grew to {k['sgpr_spill']}"
     assert k["vgpr"] <= 256 and k["lds"] <= 64 * 1024, what
