@@ -30,7 +30,7 @@ def band_rows(cfg: MqaLogitsConfig, budget_bytes: int, out_dtype: torch.dtype = 
         raise InputError(f"out_dtype must be {' or '.join(map(str, OUT_DTYPES))}; got {out_dtype}")
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 1:
         raise InputError(f"budget_bytes must be a positive int; got {budget_bytes!r}")
-    row_bytes = cfg.max_seq_len * torch.tensor([], dtype=out_dtype).element_size()
+    row_bytes = cfg.max_seq_len * out_dtype.itemsize
     return max(1, min(cfg.max_rows, budget_bytes // row_bytes))
 
 

@@ -147,7 +147,7 @@ def bench(shapes: list[Shape], tuner: Tuner, ceil: dict, *, best_only: bool = Fa
     rows, works, problems = [], {}, {}
 
     def on_problem(s, p):
-        works[s.name] = problem_work(p, torch.tensor([], dtype=tuner.out_dtype).element_size())
+        works[s.name] = problem_work(p, tuner.out_dtype.itemsize)
         if peer:
             problems[s.name] = p
 

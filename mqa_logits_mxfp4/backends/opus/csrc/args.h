@@ -54,7 +54,6 @@ struct LaunchArgs {
   int32_t gather;
   int32_t weights_bf16;
   int32_t out_kind;            // OutKind
-  int32_t out_bytes;           // bytes an out element: 4, or 2 for a narrow out
   int32_t mode;                // Mode
   int32_t grid_x;              // Table/Free: programs; Prefill: row groups
   int32_t parts;               // Prefill: key-tile parts per row group (grid y)

@@ -229,7 +229,6 @@ inline std::string check_call(const CallDesc& c, const InstanceInfo& inst, Launc
   o.row_starts = c.row_starts.present() ? static_cast<const int32_t*>(c.row_starts.ptr) : nullptr;
   o.out = const_cast<void*>(c.out.ptr);
   o.out_kind = c.out.dtype == kF32 ? kOutF32 : c.out.dtype == kBF16 ? kOutBF16 : kOutF16;
-  o.out_bytes = o.out_kind == kOutF32 ? 4 : 2;
   o.out_offsets = flat ? static_cast<const int64_t*>(c.out_offsets.ptr) : nullptr;
   o.records = c.mode == kModeTable ? static_cast<const int32_t*>(c.records.ptr) : nullptr;
   o.path_stats = c.path_stats.present() ? static_cast<unsigned long long*>(const_cast<void*>(c.path_stats.ptr)) : nullptr;

@@ -67,28 +67,29 @@ OPUS_DEV void row_window(const LaunchArgs& args, int row, bool live, int& beg, i
   base = b;
 }
 
-// Element i of the out at `row` (a byte address in it): the float32 value, or its once-rounded
-// narrow form.
-OPUS_DEV void store_at(const LaunchArgs& args, char* row, long long i, float v) {
-  if (args.out_kind == kOutF32)
-    reinterpret_cast<float*>(row)[i] = v;
-  else
-    reinterpret_cast<uint16_t*>(row)[i] = args.out_kind == kOutBF16 ? f32_to_bf16_rn(v) : f32_to_f16_rn(v);
+// A float32 result in the narrow out's format (bfloat16 / float16), rounded once.
+OPUS_DEV uint16_t narrow_out(const LaunchArgs& args, float v) {
+  return args.out_kind == kOutBF16 ? f32_to_bf16_rn(v) : f32_to_f16_rn(v);
 }
-// Bodies that choose the narrow out at compile time (the i8 consumers): its element size, and
-// key n of the out row at `row` (a byte address).
+// Key n of the out row at `row` (a byte address): the float32 value, or (NARROW) its narrow form.
+// Bodies that choose the narrow out at compile time (the i8 consumers) store through this with
+// their NARROW and kOutBytes; the others through store_out.
 template <bool NARROW>
 constexpr long long kOutBytes = NARROW ? 2 : 4;
 template <bool NARROW>
 OPUS_DEV void store_key(const LaunchArgs& args, char* row, int n, float v) {
   if constexpr (NARROW)
-    reinterpret_cast<uint16_t*>(row)[n] = args.out_kind == kOutBF16 ? f32_to_bf16_rn(v) : f32_to_f16_rn(v);
+    reinterpret_cast<uint16_t*>(row)[n] = narrow_out(args, v);
   else
     reinterpret_cast<float*>(row)[n] = v;
 }
-// The out's element `idx` (a row's base plus its key) as a byte address.
-OPUS_DEV char* out_cell(const LaunchArgs& args, long long idx) { return static_cast<char*>(args.out) + idx * args.out_bytes; }
-OPUS_DEV void store_out(const LaunchArgs& args, long long idx, float v) { store_at(args, static_cast<char*>(args.out), idx, v); }
+// Element idx of out (a row's base plus its key), its kind read at run time.
+OPUS_DEV void store_out(const LaunchArgs& args, long long idx, float v) {
+  if (args.out_kind == kOutF32)
+    static_cast<float*>(args.out)[idx] = v;
+  else
+    static_cast<uint16_t*>(args.out)[idx] = narrow_out(args, v);
+}
 
 // Weight of (row, head) as fp32 (bf16 or fp32 weights).
 OPUS_DEV float head_weight(const LaunchArgs& args, int row, int h) {

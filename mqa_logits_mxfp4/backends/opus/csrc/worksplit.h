@@ -91,8 +91,8 @@ struct FreeIter {
       if (in_seq) {
         if (lo < hi) {  // the groups this program touches, each with its own tile range
           const int j = lo / ntiles;
-          // the window's first tile, read again for each piece rather than kept (a register
-          // across a piece costs the i8 consumers a spill)
+          // the window's first tile, read again for each piece rather than kept in the
+          // iterator (whose state every body carries across its pieces)
           const int tlo = sv.row_starts ? sv.start_of(qa, sv.end_of(qb - 1)) / kBlockN : 0;
           p.b = b;
           p.t0 = tlo + lo - j * ntiles;
