@@ -130,7 +130,7 @@ struct I8Smem {
   uint32_t qscale[S::N];              // the column's four scale bytes (pass 2 reads them)
   long long obase[R];                 // out offset of each row's key 0
   char* optr[R];                      // each row's key 0 in out
-  int rbeg[R], rend[R];               // keys [rbeg, rend) each row stores (inside the piece's own tiles)
+  int rbeg[R], rlen[R];               // keys [rbeg, rbeg + rlen) each row stores (inside the piece's own tiles)
   int red[CONS * 4][2];               // per consumer warp: largest qmax, largest exponent of |w'|
   I8Table tables[4];                  // shift 0..3: queries, and keys on the canonical path
   I8Table ktables[4];                 // shift 0..3: keys on the fast path (biased; 3 for keys nobody reads)
@@ -313,15 +313,31 @@ struct I8Consumer {
   // Per stage, read from sm.piece_keys (registers the stage loop does not have to carry): the
   // group's keys [vbeg, vend) (they vote) and khi.
   int khi = 0;   // a key's largest byte on a fast tile is at most this (0: the group never is fast)
-  // The group's output rows and where their stores end: in registers for up to two rows, read
-  // from shared memory for more (registers the wider groups' stage loops do not have); where
-  // their stores start, from shared memory always
+  // The group's output rows: in registers for up to two rows, read from shared memory for more
+  // (registers the wider groups' stage loops do not have)
   static constexpr bool ROWS_IN_REGS = R <= 2;
   char* orow[ROWS_IN_REGS ? R : 1];
-  int rend[ROWS_IN_REGS ? R : 1];
   OPUS_DEV char* row_out(int r) const { return ROWS_IN_REGS ? orow[ROWS_IN_REGS ? r : 0] : sm.optr[r]; }
-  OPUS_DEV int row_beg(int r) const { return sm.rbeg[r]; }
-  OPUS_DEV int row_end(int r) const { return ROWS_IN_REGS ? rend[ROWS_IN_REGS ? r : 0] : sm.rend[r]; }
+  // Key n lies in row r's window.
+  OPUS_DEV bool in_row(int r, int n) const { return uint32_t(n - sm.rbeg[r]) < uint32_t(sm.rlen[r]); }
+  // The fast path's stores of a stage: bit r MB + mb is set when this thread stores its key of M
+  // block mb for row r (store_row: lanes t = 0, 1 store key_of(mb, t)). One register made at the
+  // stage's start from the windows in shared memory: a window test at each store held two more
+  // registers, or put a shared-memory read's latency before the store.
+  uint32_t store_mask = 0;
+  OPUS_DEV void stage_stores(int n0) {
+    static_assert(R * S::MB <= 32, "one bit a (row, M block)");
+    store_mask = 0u;
+    if (t < 2) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int b = sm.rbeg[r], l = sm.rlen[r];
+#pragma unroll
+        for (int mb = 0; mb < S::MB; ++mb)
+          if (uint32_t(n0 + key_of(mb, t) - b) < uint32_t(l)) store_mask |= 1u << (r * S::MB + mb);
+      }
+    }
+  }
   float wreg[S::W_IN_REGS ? S::N / 4 : 1];
 
   // Group setup, pass 1: per column its scales, weights and fast verdict; returns the column's.
@@ -425,9 +441,11 @@ struct I8Consumer {
       sm.red[ct >> 5][1] = wexp_hi;
     }
     if (ct < R) {
-      row_window(args, r0 + ct, r0 + ct < r1, sm.rbeg[ct], sm.rend[ct], sm.obase[ct]);
-      sm.rbeg[ct] = imax(sm.rbeg[ct], kbeg);  // stores stay inside the piece's own tiles
-      sm.rend[ct] = imin(sm.rend[ct], kend);
+      int b, e;
+      row_window(args, r0 + ct, r0 + ct < r1, b, e, sm.obase[ct]);
+      b = imax(b, kbeg);  // stores stay inside the piece's own tiles
+      sm.rbeg[ct] = b;
+      sm.rlen[ct] = imax(imin(e, kend) - b, 0);
       sm.optr[ct] = static_cast<char*>(args.out) + sm.obase[ct] * kOutBytes<NARROW>;
     }
     const bool fast = bar_and(1, S::CT, mine);
@@ -444,10 +462,7 @@ struct I8Consumer {
     bar_sync(1, S::CT);
     if constexpr (ROWS_IN_REGS) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        orow[r] = sm.optr[r];
-        rend[r] = sm.rend[r];
-      }
+      for (int r = 0; r < R; ++r) orow[r] = sm.optr[r];
     }
     if constexpr (S::W_IN_REGS) {
 #pragma unroll
@@ -595,7 +610,7 @@ struct I8Consumer {
     float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));
     v = fadd_rn(v, warp_xor(v, 2));
     const int n = n0 + key_of(mb, k_own ? 1 : 0);
-    if (t < 2 && n >= row_beg(r) && n < row_end(r)) store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));
+    if (store_mask >> (r * S::MB + mb) & 1u) store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));
   }
 
   // The epilogue of unit u (its wgmma has retired).
@@ -745,7 +760,7 @@ struct I8Consumer {
             }
           const float val = head_tree(x, r);
           const int n = n0 + key_of(mb, kk);
-          if (t == kk && n >= sm.rbeg[r] && n < sm.rend[r]) store_key<NARROW>(args, sm.optr[r], n, val);
+          if (t == kk && in_row(r, n)) store_key<NARROW>(args, sm.optr[r], n, val);
         }
       }
     }
@@ -805,6 +820,7 @@ struct I8Consumer {
         offsets[v] = my_scale[v] - uint32_t(my_kmin[v]) * 0x01010101u;  // no borrows: bytes >= kmin
         factor[v] = __uint_as_float(uint32_t(imax(my_kmin[v], 2) - 2) << 23);  // 2^(kmin - 129)
       }
+      stage_stores(n0);
       fast_stage(raw_base, raw, offsets, factor, n0, empty);
     } else {
       canonical_stage(st, raw_base, raw, n0, empty);
