@@ -178,8 +178,10 @@ template <int R>
 OPUS_DEV void group_keys(const LaunchArgs& args, const Piece& p, int& gbeg, int& gend) {
   gbeg = 0x7FFFFFFF;
   gend = 0;
-#pragma unroll 1
-  for (int r = p.r0; r < p.r1 && r < p.r0 + R; ++r) {
+#pragma unroll  // the rows' loads in flight together
+  for (int i = 0; i < R; ++i) {
+    const int r = p.r0 + i;
+    if (r >= p.r1) break;
     int s, e;
     long long b;
     row_window(args, r, true, s, e, b);
@@ -394,20 +396,31 @@ struct I8Consumer {
   }
 
   // Pass 2: the query operand (shifted when the group is fast), its bias slice (fast groups)
-  // and the canonical path's factors.
-  OPUS_DEV void setup_operand(bool fast) {
-    // N * 16 and CT are multiples of 32: a warp's lanes are all in an iteration or all out, and
-    // the 16 lanes of one column (idx / 16) sit in one half-warp for the shuffles below
-#pragma unroll 1
-    for (int idx = ct; idx < S::N * 16; idx += S::CT) {
+  // and the canonical path's factors. A thread's words are all read first (their loads in flight
+  // together: a rolled loop waited one global-memory latency a word), then converted.
+  // N * 16 and CT are multiples of 32: a warp's lanes are all in an iteration or all out, and
+  // the 16 lanes of one column (idx / 16) sit in one half-warp for the shuffles below.
+  static constexpr int OPERAND_WORDS = (S::N * 16 + S::CT - 1) / S::CT;  // a thread's words
+  OPUS_DEV void load_operand(uint32_t (&words)[OPERAND_WORDS]) const {
+#pragma unroll
+    for (int i = 0; i < OPERAND_WORDS; ++i) {
+      const int idx = ct + i * S::CT, n = idx >> 4, blk = (idx >> 2) & 3, j = idx & 3;
+      const int row = r0 + n / H, h = n % H;
+      words[i] = 0u;
+      if (idx < S::N * 16 && row < r1)
+        words[i] = *reinterpret_cast<const uint32_t*>(args.q + ((long long)row * H + h) * kHeadBytes + 16 * blk + 4 * j);
+    }
+  }
+  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {
+#pragma unroll
+    for (int i = 0; i < OPERAND_WORDS; ++i) {
+      const int idx = ct + i * S::CT;
+      if (idx >= S::N * 16) break;  // warp-uniform
       const int n = idx >> 4, blk = (idx >> 2) & 3, j = idx & 3;
-      const int r = n / H, h = n % H, row = r0 + r;
       const uint32_t qs = sm.qscale[n];
       const int shift = fast ? byte_of(qs, blk) - min4(qs) : 0;
-      uint32_t word = 0u;
-      if (row < r1) word = *reinterpret_cast<const uint32_t*>(args.q + ((long long)row * H + h) * kHeadBytes + 16 * blk + 4 * j);
       uint32_t lo, hi;
-      i8_word(word, sm.tables[shift], lo, hi);
+      i8_word(words[i], sm.tables[shift], lo, hi);
       uint8_t* core = sm.qb + j * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * blk;
       *reinterpret_cast<uint32_t*>(core) = lo;
       *reinterpret_cast<uint32_t*>(core + 128) = hi;
@@ -425,6 +438,12 @@ struct I8Consumer {
     r0 = p.r0;
     r1 = imin(p.r1, p.r0 + R);
     bar_sync(1, S::CT);  // every consumer is done with the previous group
+    // every global read of the setup issued here, in flight together
+    uint32_t words[OPERAND_WORDS];
+    load_operand(words);
+    int wbeg = 0, wend = 0;
+    long long wbase = 0;
+    if (ct < R) row_window(args, r0 + ct, r0 + ct < r1, wbeg, wend, wbase);
     if (ct % 128 == 0) {
       sm.piece_keys[c][0] = gbeg;
       sm.piece_keys[c][1] = gend;
@@ -441,12 +460,11 @@ struct I8Consumer {
       sm.red[ct >> 5][1] = wexp_hi;
     }
     if (ct < R) {
-      int b, e;
-      row_window(args, r0 + ct, r0 + ct < r1, b, e, sm.obase[ct]);
-      b = imax(b, kbeg);  // stores stay inside the piece's own tiles
+      const int b = imax(wbeg, kbeg);  // stores stay inside the piece's own tiles
       sm.rbeg[ct] = b;
-      sm.rlen[ct] = imax(imin(e, kend) - b, 0);
-      sm.optr[ct] = static_cast<char*>(args.out) + sm.obase[ct] * kOutBytes<NARROW>;
+      sm.rlen[ct] = imax(imin(wend, kend) - b, 0);
+      sm.obase[ct] = wbase;
+      sm.optr[ct] = static_cast<char*>(args.out) + wbase * kOutBytes<NARROW>;
     }
     const bool fast = bar_and(1, S::CT, mine);
     int qmax_g = 0, wexp_g = -127;
@@ -457,7 +475,7 @@ struct I8Consumer {
     }
     khi = fast ? imin(kI8Hi, imin(kI8PairHi - qmax_g, kI8WeightKey - wexp_g)) : 0;
     if (ct % 128 == 0) sm.piece_keys[c][2] = khi;  // read back each stage (the last barrier below orders it)
-    setup_operand(fast);
+    setup_operand(fast, words);
     fence_async_smem();
     bar_sync(1, S::CT);
     if constexpr (ROWS_IN_REGS) {
