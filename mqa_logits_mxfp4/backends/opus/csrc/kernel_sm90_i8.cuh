@@ -130,7 +130,7 @@ struct I8Smem {
   uint32_t qscale[S::N];              // the column's four scale bytes (pass 2 reads them)
   long long obase[R];                 // out offset of each row's key 0
   char* optr[R];                      // each row's key 0 in out
-  int rbeg[R], rend[R];               // keys [rbeg, rend) each row stores (inside the piece's own tiles)
+  int rbeg[R], rlen[R];               // keys [rbeg, rbeg + rlen) each row stores (inside the piece's own tiles)
   int red[CONS * 4][2];               // per consumer warp: largest qmax, largest exponent of |w'|
   I8Table tables[4];                  // shift 0..3: queries, and keys on the canonical path
   I8Table ktables[4];                 // shift 0..3: keys on the fast path (biased; 3 for keys nobody reads)
@@ -178,8 +178,10 @@ template <int R>
 OPUS_DEV void group_keys(const LaunchArgs& args, const Piece& p, int& gbeg, int& gend) {
   gbeg = 0x7FFFFFFF;
   gend = 0;
-#pragma unroll 1
-  for (int r = p.r0; r < p.r1 && r < p.r0 + R; ++r) {
+#pragma unroll  // the rows' loads in flight together
+  for (int i = 0; i < R; ++i) {
+    const int r = p.r0 + i;
+    if (r >= p.r1) break;
     int s, e;
     long long b;
     row_window(args, r, true, s, e, b);
@@ -313,15 +315,31 @@ struct I8Consumer {
   // Per stage, read from sm.piece_keys (registers the stage loop does not have to carry): the
   // group's keys [vbeg, vend) (they vote) and khi.
   int khi = 0;   // a key's largest byte on a fast tile is at most this (0: the group never is fast)
-  // The group's output rows and where their stores end: in registers for up to two rows, read
-  // from shared memory for more (registers the wider groups' stage loops do not have); where
-  // their stores start, from shared memory always
+  // The group's output rows: in registers for up to two rows, read from shared memory for more
+  // (registers the wider groups' stage loops do not have)
   static constexpr bool ROWS_IN_REGS = R <= 2;
   char* orow[ROWS_IN_REGS ? R : 1];
-  int rend[ROWS_IN_REGS ? R : 1];
   OPUS_DEV char* row_out(int r) const { return ROWS_IN_REGS ? orow[ROWS_IN_REGS ? r : 0] : sm.optr[r]; }
-  OPUS_DEV int row_beg(int r) const { return sm.rbeg[r]; }
-  OPUS_DEV int row_end(int r) const { return ROWS_IN_REGS ? rend[ROWS_IN_REGS ? r : 0] : sm.rend[r]; }
+  // Key n lies in row r's window.
+  OPUS_DEV bool in_row(int r, int n) const { return uint32_t(n - sm.rbeg[r]) < uint32_t(sm.rlen[r]); }
+  // The fast path's stores of a stage: bit r MB + mb is set when this thread stores its key of M
+  // block mb for row r (store_row: lanes t = 0, 1 store key_of(mb, t)). One register made at the
+  // stage's start from the windows in shared memory: a window test at each store held two more
+  // registers, or put a shared-memory read's latency before the store.
+  uint32_t store_mask = 0;
+  OPUS_DEV void stage_stores(int n0) {
+    static_assert(R * S::MB <= 32, "one bit a (row, M block)");
+    store_mask = 0u;
+    if (t < 2) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int b = sm.rbeg[r], l = sm.rlen[r];
+#pragma unroll
+        for (int mb = 0; mb < S::MB; ++mb)
+          if (uint32_t(n0 + key_of(mb, t) - b) < uint32_t(l)) store_mask |= 1u << (r * S::MB + mb);
+      }
+    }
+  }
   float wreg[S::W_IN_REGS ? S::N / 4 : 1];
 
   // Group setup, pass 1: per column its scales, weights and fast verdict; returns the column's.
@@ -378,20 +396,31 @@ struct I8Consumer {
   }
 
   // Pass 2: the query operand (shifted when the group is fast), its bias slice (fast groups)
-  // and the canonical path's factors.
-  OPUS_DEV void setup_operand(bool fast) {
-    // N * 16 and CT are multiples of 32: a warp's lanes are all in an iteration or all out, and
-    // the 16 lanes of one column (idx / 16) sit in one half-warp for the shuffles below
-#pragma unroll 1
-    for (int idx = ct; idx < S::N * 16; idx += S::CT) {
+  // and the canonical path's factors. A thread's words are all read first (their loads in flight
+  // together: a rolled loop waited one global-memory latency a word), then converted.
+  // N * 16 and CT are multiples of 32: a warp's lanes are all in an iteration or all out, and
+  // the 16 lanes of one column (idx / 16) sit in one half-warp for the shuffles below.
+  static constexpr int OPERAND_WORDS = (S::N * 16 + S::CT - 1) / S::CT;  // a thread's words
+  OPUS_DEV void load_operand(uint32_t (&words)[OPERAND_WORDS]) const {
+#pragma unroll
+    for (int i = 0; i < OPERAND_WORDS; ++i) {
+      const int idx = ct + i * S::CT, n = idx >> 4, blk = (idx >> 2) & 3, j = idx & 3;
+      const int row = r0 + n / H, h = n % H;
+      words[i] = 0u;
+      if (idx < S::N * 16 && row < r1)
+        words[i] = *reinterpret_cast<const uint32_t*>(args.q + ((long long)row * H + h) * kHeadBytes + 16 * blk + 4 * j);
+    }
+  }
+  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {
+#pragma unroll
+    for (int i = 0; i < OPERAND_WORDS; ++i) {
+      const int idx = ct + i * S::CT;
+      if (idx >= S::N * 16) break;  // warp-uniform
       const int n = idx >> 4, blk = (idx >> 2) & 3, j = idx & 3;
-      const int r = n / H, h = n % H, row = r0 + r;
       const uint32_t qs = sm.qscale[n];
       const int shift = fast ? byte_of(qs, blk) - min4(qs) : 0;
-      uint32_t word = 0u;
-      if (row < r1) word = *reinterpret_cast<const uint32_t*>(args.q + ((long long)row * H + h) * kHeadBytes + 16 * blk + 4 * j);
       uint32_t lo, hi;
-      i8_word(word, sm.tables[shift], lo, hi);
+      i8_word(words[i], sm.tables[shift], lo, hi);
       uint8_t* core = sm.qb + j * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * blk;
       *reinterpret_cast<uint32_t*>(core) = lo;
       *reinterpret_cast<uint32_t*>(core + 128) = hi;
@@ -409,6 +438,12 @@ struct I8Consumer {
     r0 = p.r0;
     r1 = imin(p.r1, p.r0 + R);
     bar_sync(1, S::CT);  // every consumer is done with the previous group
+    // every global read of the setup issued here, in flight together
+    uint32_t words[OPERAND_WORDS];
+    load_operand(words);
+    int wbeg = 0, wend = 0;
+    long long wbase = 0;
+    if (ct < R) row_window(args, r0 + ct, r0 + ct < r1, wbeg, wend, wbase);
     if (ct % 128 == 0) {
       sm.piece_keys[c][0] = gbeg;
       sm.piece_keys[c][1] = gend;
@@ -425,10 +460,11 @@ struct I8Consumer {
       sm.red[ct >> 5][1] = wexp_hi;
     }
     if (ct < R) {
-      row_window(args, r0 + ct, r0 + ct < r1, sm.rbeg[ct], sm.rend[ct], sm.obase[ct]);
-      sm.rbeg[ct] = imax(sm.rbeg[ct], kbeg);  // stores stay inside the piece's own tiles
-      sm.rend[ct] = imin(sm.rend[ct], kend);
-      sm.optr[ct] = static_cast<char*>(args.out) + sm.obase[ct] * kOutBytes<NARROW>;
+      const int b = imax(wbeg, kbeg);  // stores stay inside the piece's own tiles
+      sm.rbeg[ct] = b;
+      sm.rlen[ct] = imax(imin(wend, kend) - b, 0);
+      sm.obase[ct] = wbase;
+      sm.optr[ct] = static_cast<char*>(args.out) + wbase * kOutBytes<NARROW>;
     }
     const bool fast = bar_and(1, S::CT, mine);
     int qmax_g = 0, wexp_g = -127;
@@ -439,15 +475,12 @@ struct I8Consumer {
     }
     khi = fast ? imin(kI8Hi, imin(kI8PairHi - qmax_g, kI8WeightKey - wexp_g)) : 0;
     if (ct % 128 == 0) sm.piece_keys[c][2] = khi;  // read back each stage (the last barrier below orders it)
-    setup_operand(fast);
+    setup_operand(fast, words);
     fence_async_smem();
     bar_sync(1, S::CT);
     if constexpr (ROWS_IN_REGS) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        orow[r] = sm.optr[r];
-        rend[r] = sm.rend[r];
-      }
+      for (int r = 0; r < R; ++r) orow[r] = sm.optr[r];
     }
     if constexpr (S::W_IN_REGS) {
 #pragma unroll
@@ -595,7 +628,7 @@ struct I8Consumer {
     float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));
     v = fadd_rn(v, warp_xor(v, 2));
     const int n = n0 + key_of(mb, k_own ? 1 : 0);
-    if (t < 2 && n >= row_beg(r) && n < row_end(r)) store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));
+    if (store_mask >> (r * S::MB + mb) & 1u) store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));
   }
 
   // The epilogue of unit u (its wgmma has retired).
@@ -745,7 +778,7 @@ struct I8Consumer {
             }
           const float val = head_tree(x, r);
           const int n = n0 + key_of(mb, kk);
-          if (t == kk && n >= sm.rbeg[r] && n < sm.rend[r]) store_key<NARROW>(args, sm.optr[r], n, val);
+          if (t == kk && in_row(r, n)) store_key<NARROW>(args, sm.optr[r], n, val);
         }
       }
     }
@@ -805,6 +838,7 @@ struct I8Consumer {
         offsets[v] = my_scale[v] - uint32_t(my_kmin[v]) * 0x01010101u;  // no borrows: bytes >= kmin
         factor[v] = __uint_as_float(uint32_t(imax(my_kmin[v], 2) - 2) << 23);  // 2^(kmin - 129)
       }
+      stage_stores(n0);
       fast_stage(raw_base, raw, offsets, factor, n0, empty);
     } else {
       canonical_stage(st, raw_base, raw, n0, empty);
