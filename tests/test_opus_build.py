@@ -127,13 +127,14 @@ def test_instance_rules(name, over, reason):
 
 def test_default_rule_per_arch():
     decode = BACKEND.ranked_picks(sm90_key(max_qlen=2))
-    assert decode[0][0].name == "sm90_i8_r2w12" and {m for _, m in decode} == {"free"}  # fewest rows holding MTP 2
+    assert decode[0][0].name == "sm90_i8_r2w16" and {m for _, m in decode} == {"free"}  # fewest rows holding MTP 2
     names = [i.name for i, _ in decode]
+    assert names.index("sm90_i8_r2w16") < names.index("sm90_i8_r2w12")  # w16 first at equal rows
     assert names.index("sm90_fp8_r1w4") < names.index("sm90_fold_r2w4")  # then the mma.sync bodies as before
-    assert [i.family for i, _ in decode[:5]] == ["i8"] * 4 + ["fp8"]  # r8 holds <= 32 heads
+    assert [i.family for i, _ in decode[:6]] == ["i8"] * 5 + ["fp8"]  # r8 holds <= 32 heads
     prefill = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, pages_per_block=32, max_qlen=4096, max_rows=4096))
     assert prefill[0] == (next(i for i in INSTANCES if i.name == "sm90_i8_r8w12"), "prefill")  # widest first
-    assert [i.family for i, _ in prefill][:8] == ["i8"] * 5 + ["fold"] * 3
+    assert [i.family for i, _ in prefill][:9] == ["i8"] * 6 + ["fold"] * 3
     gather = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, gather=True))
     assert {i.rows for i, _ in gather} == {1}
     gfx950 = [i.name for i, _ in BACKEND.ranked_picks(sm90_key(arch="gfx950"))]
