@@ -134,7 +134,7 @@ def test_default_rule_per_arch():
     assert [i.family for i, _ in decode[:6]] == ["i8"] * 5 + ["fp8"]  # r8 holds <= 32 heads
     prefill = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, pages_per_block=32, max_qlen=4096, max_rows=4096))
     assert prefill[0] == (next(i for i in INSTANCES if i.name == "sm90_i8_r8w12"), "prefill")  # widest first
-    assert [i.family for i, _ in prefill][:9] == ["i8"] * 6 + ["fold"] * 3
+    assert [i.family for i, _ in prefill][:8] == ["i8"] * 5 + ["fold"] * 3  # r2w16 holds no 32 heads
     gather = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, gather=True))
     assert {i.rows for i, _ in gather} == {1}
     gfx950 = [i.name for i, _ in BACKEND.ranked_picks(sm90_key(arch="gfx950"))]
@@ -551,6 +551,11 @@ def test_sm90_kernels_compile_without_spills_on_their_mma():
             assert k["hmma"] == 2 * per_block, what
 
 
+# Local-memory instructions allowed in the consumers' stage loops (both copies), by (rows, heads,
+# warps), where the default bound of 1 is measured to cost less than the warps it buys.
+I8_STAGE_LOOP_LOCAL = {(2, 64, 16): 48}
+
+
 def check_i8_kernel(k: dict, what: str) -> None:
     """The wgmma body: per-piece state may sit in local memory (the walk across the role split),
     nothing inside the consumers' stage loop nor the producer's; INT8 wgmma of 64 x min(rows x
@@ -559,12 +564,16 @@ def check_i8_kernel(k: dict, what: str) -> None:
     chunk and scale block."""
     # w16: the producer warpgroup keeps 24 registers, and the walk's state outside its stage
     # loop goes to local memory
-    assert k["stack"] <= (64 if k["warps"] <= 12 else 128), f"{what}: {k['stack']} bytes of stack"
+    assert k["stack"] <= (64 if k["warps"] <= 12 else 160), f"{what}: {k['stack']} bytes of stack"
     if "mma" not in k:
         return  # no cuobjdump here
     # (at most one load a stage: the narrow-out consumer of r4 H32 reloads a per-piece value from
-    # local memory at each stage's start; the float32 consumers have none)
-    assert k["loop_local"] <= 1, f"{what}: local memory inside the consumers' stage loop"
+    # local memory at each stage's start; the float32 consumers have none). r2 H64 w16, the one
+    # measured exception: its 160 registers a consumer thread hold a stage's two accumulators
+    # and operands but not the loop's own state, ~20 local-memory instructions a stage in each
+    # consumer (L1 hits, of ~1340), and it is still 4-7% faster than r2w12 (docs/perf-notes.md)
+    bound = I8_STAGE_LOOP_LOCAL.get((k["rows"], k["heads"], k["warps"]), 1)
+    assert k["loop_local"] <= bound, f"{what}: local memory inside the consumers' stage loop"
     assert k["producer_loop_local"] == 0, f"{what}: local memory inside the producer's stage loop"
     nc = min(k["rows"] * k["heads"], 64)
     # nothing else: a dummy HGMMA.64x8x16 that ptxas inserted under register pressure went with

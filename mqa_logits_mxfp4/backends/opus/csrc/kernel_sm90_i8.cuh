@@ -113,6 +113,15 @@ struct I8Stage {
   uint32_t scale[KEYS];            // the key's four E8M0 bytes
 };
 
+// What a consumer warpgroup reads at each stage's start, in one place (one base address: ptxas
+// re-derived the shared window's address for a separate array at each stage, through S2UR).
+template <int R>
+struct I8GroupKeys {
+  int vbeg, vend;    // the group's keys [vbeg, vend): they vote
+  int khi;           // a key's largest byte on a fast stage is at most this (0: the group never is fast)
+  int rbeg[R], rlen[R];  // keys [rbeg, rbeg + rlen) each row stores (inside the piece's own tiles)
+};
+
 template <int R, int H, int CONS>
 struct I8Smem {
   using S = I8Shape<R, H, CONS>;
@@ -128,16 +137,14 @@ struct I8Smem {
   float sq[kScaleBlocks][S::N];       // 2^(eq_b - 127)
   float uq[kScaleBlocks][S::N];       // 2^-(shift_b + 2): back from the operand's integers to E2M1
   uint32_t qscale[S::N];              // the column's four scale bytes (pass 2 reads them)
-  long long obase[R];                 // out offset of each row's key 0
   char* optr[R];                      // each row's key 0 in out
-  int rbeg[R], rlen[R];               // keys [rbeg, rbeg + rlen) each row stores (inside the piece's own tiles)
   int red[CONS * 4][2];               // per consumer warp: largest qmax, largest exponent of |w'|
   I8Table tables[4];                  // shift 0..3: queries, and keys on the canonical path
   I8Table ktables[4];                 // shift 0..3: keys on the fast path (biased; 3 for keys nobody reads)
   uint64_t full[CONS][S::STAGES];
   uint64_t empty[CONS][S::STAGES];
   int range[4];
-  int piece_keys[CONS][3];            // per consumer warpgroup: the group's key start and end, khi
+  I8GroupKeys<R> keys[CONS];          // per consumer warpgroup (each reads its own at each stage)
 };
 
 template <int R, int H, int CONS>
@@ -312,8 +319,8 @@ struct I8Consumer {
   RingPos<S::STAGES> ring;
   int r0 = 0, r1 = 0;
   int kend = 0;  // the piece's key end (its stores stay below it, and inside their rows' windows)
-  // Per stage, read from sm.piece_keys (registers the stage loop does not have to carry): the
-  // group's keys [vbeg, vend) (they vote) and khi.
+  // Per stage, read from sm.keys[c] (registers the stage loop does not have to carry): the
+  // group's keys [vbeg, vend) (they vote), khi, the rows' windows.
   int khi = 0;   // a key's largest byte on a fast tile is at most this (0: the group never is fast)
   // The group's output rows: in registers for up to two rows, read from shared memory for more
   // (registers the wider groups' stage loops do not have)
@@ -321,7 +328,7 @@ struct I8Consumer {
   char* orow[ROWS_IN_REGS ? R : 1];
   OPUS_DEV char* row_out(int r) const { return ROWS_IN_REGS ? orow[ROWS_IN_REGS ? r : 0] : sm.optr[r]; }
   // Key n lies in row r's window.
-  OPUS_DEV bool in_row(int r, int n) const { return uint32_t(n - sm.rbeg[r]) < uint32_t(sm.rlen[r]); }
+  OPUS_DEV bool in_row(int r, int n) const { return uint32_t(n - sm.keys[c].rbeg[r]) < uint32_t(sm.keys[c].rlen[r]); }
   // The fast path's stores of a stage: bit r MB + mb is set when this thread stores its key of M
   // block mb for row r (store_row: lanes t = 0, 1 store key_of(mb, t)). One register made at the
   // stage's start from the windows in shared memory: a window test at each store held two more
@@ -333,7 +340,7 @@ struct I8Consumer {
     if (t < 2) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        const int b = sm.rbeg[r], l = sm.rlen[r];
+        const int b = sm.keys[c].rbeg[r], l = sm.keys[c].rlen[r];
 #pragma unroll
         for (int mb = 0; mb < S::MB; ++mb)
           if (uint32_t(n0 + key_of(mb, t) - b) < uint32_t(l)) store_mask |= 1u << (r * S::MB + mb);
@@ -443,10 +450,11 @@ struct I8Consumer {
     load_operand(words);
     int wbeg = 0, wend = 0;
     long long wbase = 0;
-    if (ct < R) row_window(args, r0 + ct, r0 + ct < r1, wbeg, wend, wbase);
-    if (ct % 128 == 0) {
-      sm.piece_keys[c][0] = gbeg;
-      sm.piece_keys[c][1] = gend;
+    const int wr = ct % 128;  // each warpgroup's threads 0 .. R - 1 write its copy of row wr's window
+    if (wr < R) row_window(args, r0 + wr, r0 + wr < r1, wbeg, wend, wbase);
+    if (wr == 0) {
+      sm.keys[c].vbeg = gbeg;
+      sm.keys[c].vend = gend;
     }
     int qmax_hi, wexp_hi;
     const bool mine = setup_columns(qmax_hi, wexp_hi);
@@ -459,13 +467,12 @@ struct I8Consumer {
       sm.red[ct >> 5][0] = qmax_hi;
       sm.red[ct >> 5][1] = wexp_hi;
     }
-    if (ct < R) {
+    if (wr < R) {
       const int b = imax(wbeg, kbeg);  // stores stay inside the piece's own tiles
-      sm.rbeg[ct] = b;
-      sm.rlen[ct] = imax(imin(wend, kend) - b, 0);
-      sm.obase[ct] = wbase;
-      sm.optr[ct] = static_cast<char*>(args.out) + wbase * kOutBytes<NARROW>;
+      sm.keys[c].rbeg[wr] = b;
+      sm.keys[c].rlen[wr] = imax(imin(wend, kend) - b, 0);
     }
+    if (ct < R) sm.optr[ct] = static_cast<char*>(args.out) + wbase * kOutBytes<NARROW>;
     const bool fast = bar_and(1, S::CT, mine);
     int qmax_g = 0, wexp_g = -127;
 #pragma unroll
@@ -474,7 +481,7 @@ struct I8Consumer {
       wexp_g = imax(wexp_g, sm.red[i][1]);
     }
     khi = fast ? imin(kI8Hi, imin(kI8PairHi - qmax_g, kI8WeightKey - wexp_g)) : 0;
-    if (ct % 128 == 0) sm.piece_keys[c][2] = khi;  // read back each stage (the last barrier below orders it)
+    if (wr == 0) sm.keys[c].khi = khi;  // read back each stage (the last barrier below orders it)
     setup_operand(fast, words);
     fence_async_smem();
     bar_sync(1, S::CT);
@@ -631,20 +638,25 @@ struct I8Consumer {
     if (store_mask >> (r * S::MB + mb) & 1u) store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));
   }
 
-  // The epilogue of unit u (its wgmma has retired).
-  OPUS_DEV void retire(int u, int n0, float scale) {
-    const int mb = u / S::CHUNKS, ch = u % S::CHUNKS;
-    float rs[RPC][2];
+  // The epilogue of unit u (its wgmma has retired): its rows' sums into rs; false when the unit
+  // holds a row's first chunk only (H = 2 NC: kept in first_chunk, stored with the second).
+  OPUS_DEV bool unit_rows(int u, float (&rs)[RPC][2]) {
+    const int ch = u % S::CHUNKS;
     unit_sums(acc[u & 1], ch, rs);
     if constexpr (H == 2 * S::NC) {
       if ((ch & 1) == 0) {
         first_chunk[0] = rs[0][0];
         first_chunk[1] = rs[0][1];
-        return;
+        return false;
       }
       rs[0][0] = fadd_rn(first_chunk[0], rs[0][0]);
       rs[0][1] = fadd_rn(first_chunk[1], rs[0][1]);
     }
+    return true;
+  }
+  // Unit u's stores (the quad's reduction, then lanes t = 0, 1 store).
+  OPUS_DEV void store_unit(int u, const float (&rs)[RPC][2], int n0, float scale) const {
+    const int mb = u / S::CHUNKS, ch = u % S::CHUNKS;
 #pragma unroll
     for (int lr = 0; lr < RPC; ++lr) store_row(H >= S::NC ? ch * S::NC / H : ch * RPC + lr, rs[lr], n0, mb, scale);
   }
@@ -653,13 +665,19 @@ struct I8Consumer {
   // factor[v]: the block offsets from the smallest scale byte (one byte each) and 2^(kmin - 129)
   // of this lane's v-th judged key, handed to the quad lanes that convert and store it. Each later
   // M block's bytes are read just before its conversion, and the stage is released after the
-  // last one's read.
+  // last one's read. A unit's sums are stored in the next unit's segment, beside its conversion
+  // (the store's shuffles then wait while other work issues: stored at once, each warp sat out
+  // their latency between two wgmma synchronization points).
   OPUS_DEV void fast_stage(const uint8_t* raw_base, uint4 (&raw)[2], const uint32_t (&offsets)[S::VK],
                            const float (&factor)[S::VK], int n0, uint64_t* empty) {
-    float scale[2];  // M block mb's in scale[mb & 1]: the factor of the key this lane stores
+    float scale[2] = {0.0f, 0.0f};  // M block mb's in scale[mb & 1]: the factor of the key this lane stores
+    float pend[RPC][2];
+    bool pending = false;  // a compile-time fact of each unrolled unit
+    int pend_u = 0;
 #pragma unroll
     for (int u = 0; u < UNITS; ++u) {
       const int mb = u / S::CHUNKS, ch = u % S::CHUNKS;
+      const float pend_scale = scale[(pend_u / S::CHUNKS) & 1];  // before this unit's M block takes its slot
       if (ch == 0) {
         int d[2];
 #pragma unroll
@@ -670,16 +688,20 @@ struct I8Consumer {
         if (mb == S::MB - 1) mbar_arrive(empty);  // the stage's last read
         convert_fast(raw[0], raw[1], d[0], d[1], afr[mb & 1]);
       }
+      if (pending) store_unit(pend_u, pend, n0, pend_scale);
       wgmma_fence();
       mma_chunk_fast<S::NC>(acc[u & 1], afr[mb & 1], ch);
       wgmma_commit();
       if (u > 0) {
         retired<1>(acc[(u - 1) & 1]);
-        retire(u - 1, n0, scale[((u - 1) / S::CHUNKS) & 1]);
+        pending = unit_rows(u - 1, pend);
+        pend_u = u - 1;
       }
     }
     retired<0>(acc[(UNITS - 1) & 1]);
-    retire(UNITS - 1, n0, scale[(S::MB - 1) & 1]);
+    if (pending) store_unit(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1]);
+    float rs[RPC][2];
+    if (unit_rows(UNITS - 1, rs)) store_unit(UNITS - 1, rs, n0, scale[(S::MB - 1) & 1]);
   }
 
   // The canonical head tree of one (row, key) over x[H/8][2] (heads 8i + 2t + e).
@@ -799,8 +821,8 @@ struct I8Consumer {
 
   OPUS_DEV void stage(int n0) {
     mbar_wait(&sm.full[c][ring.slot], ring.phase);
-    const int vbeg = sm.piece_keys[c][0], vend = sm.piece_keys[c][1];
-    khi = sm.piece_keys[c][2];
+    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;
+    khi = sm.keys[c].khi;
     const Stage& st = sm.stage[c][ring.slot];
     uint64_t* const empty = &sm.empty[c][ring.slot];
     const uint8_t* raw_base = st.raw + raw_offset();
@@ -820,12 +842,12 @@ struct I8Consumer {
     }
     bool fast = false;
     if (khi > 0) {  // uniform: the group's verdict
-      bool ok = true;
+      bool ok = true;  // & and |, not && and ||: no branches
 #pragma unroll
       for (int v = 0; v < S::VK; ++v) {
         const int my_kmax = max4(my_scale[v]);
-        ok = ok && (uint32_t(n0 + judged_key(v) - vbeg) >= uint32_t(vend - vbeg) ||  // outside; vbeg <= vend
-                    (my_kmax - my_kmin[v] <= kI8KeySpread && my_kmin[v] >= kI8Lo && my_kmax <= khi));
+        const bool outside = uint32_t(n0 + judged_key(v) - vbeg) >= uint32_t(vend - vbeg);  // vbeg <= vend
+        ok &= outside | ((my_kmax - my_kmin[v] <= kI8KeySpread) & (my_kmin[v] >= kI8Lo) & (my_kmax <= khi));
       }
       fast = bar_and(2 + c, 128, ok);  // the stage's one vote: all its keys in [vbeg, vend)
     }

@@ -78,7 +78,7 @@
   /* w16 before w12: 10% faster at one row, 4-7% at two (docs/perf-notes.md); ties keep this order */ \
   X(20, sm90_i8_r1w16,     sm90,   i8,   1, 16, 64, 4, 1, 0x7)                 \
   X(16, sm90_i8_r1w12,     sm90,   i8,   1, 12, 64, 4, 1, 0xF)                 \
-  X(31, sm90_i8_r2w16,     sm90,   i8,   2, 16, 64, 4, 1, 0x7)                 \
+  X(31, sm90_i8_r2w16,     sm90,   i8,   2, 16, 64, 4, 1, 0x5)                 \
   X(17, sm90_i8_r2w12,     sm90,   i8,   2, 12, 64, 4, 1, 0xF)                 \
   X(18, sm90_i8_r4w12,     sm90,   i8,   4, 12, 64, 4, 1, 0x7)                 \
   X(19, sm90_i8_r8w12,     sm90,   i8,   8, 12, 64, 4, 1, 0x3)
