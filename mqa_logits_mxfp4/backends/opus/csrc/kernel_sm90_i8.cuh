@@ -665,9 +665,9 @@ struct I8Consumer {
   // factor[v]: the block offsets from the smallest scale byte (one byte each) and 2^(kmin - 129)
   // of this lane's v-th judged key, handed to the quad lanes that convert and store it. Each later
   // M block's bytes are read just before its conversion, and the stage is released after the
-  // last one's read. A unit's sums are stored in the next unit's segment, beside its conversion
-  // (the store's shuffles then wait while other work issues: stored at once, each warp sat out
-  // their latency between two wgmma synchronization points).
+  // last one's read. A unit's sums are stored in the next unit's segment (ptxas interleaves the
+  // store's shuffles with that unit's conversion), the last two units' after the stage's last
+  // wgmma wait, together (stored before it, the third unit's shuffles had nothing to overlap).
   OPUS_DEV void fast_stage(const uint8_t* raw_base, uint4 (&raw)[2], const uint32_t (&offsets)[S::VK],
                            const float (&factor)[S::VK], int n0, uint64_t* empty) {
     float scale[2] = {0.0f, 0.0f};  // M block mb's in scale[mb & 1]: the factor of the key this lane stores
