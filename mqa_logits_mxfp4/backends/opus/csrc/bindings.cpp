@@ -32,6 +32,8 @@ opus::TensorDesc describe(const at::Tensor& t) {
   d.device = t.is_cuda() ? (int32_t)t.get_device() : -1;
   return d;
 }
+// An optional tensor: absent (TensorDesc's default) for None.
+opus::TensorDesc describe(const std::optional<at::Tensor>& t) { return t.has_value() ? describe(*t) : opus::TensorDesc{}; }
 
 opus::CallDesc make_call(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Tensor& q_scale,
                          const at::Tensor& kv_cache, const at::Tensor& kv_scale, const at::Tensor& weights,
@@ -39,7 +41,8 @@ opus::CallDesc make_call(int64_t instance_id, int64_t mode, const at::Tensor& q,
                          const at::Tensor& row_ends, const at::Tensor& out,
                          const std::optional<at::Tensor>& out_offsets, const std::optional<at::Tensor>& records,
                          int64_t heads, int64_t page_size, int64_t pages_per_block, bool gather,
-                         int64_t max_seq_len, int64_t grid_x, int64_t parts) {
+                         int64_t max_seq_len, int64_t grid_x, int64_t parts,
+                         const std::optional<at::Tensor>& row_starts) {
   opus::CallDesc c;
   c.instance_id = (int32_t)instance_id;
   c.mode = (int32_t)mode;
@@ -52,8 +55,9 @@ opus::CallDesc make_call(int64_t instance_id, int64_t mode, const at::Tensor& q,
   c.qsl = describe(query_start_loc);
   c.row_ends = describe(row_ends);
   c.out = describe(out);
-  if (out_offsets.has_value()) c.out_offsets = describe(*out_offsets);
-  if (records.has_value()) c.records = describe(*records);
+  c.out_offsets = describe(out_offsets);
+  c.records = describe(records);
+  c.row_starts = describe(row_starts);
   auto narrow = [](int64_t v) { return (int32_t)(v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : v); };
   c.heads = narrow(heads);
   c.page_size = narrow(page_size);
@@ -73,10 +77,9 @@ void launch(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Te
             bool gather, int64_t max_seq_len, int64_t grid_x, int64_t parts, int64_t stream,
             const std::optional<at::Tensor>& path_stats, const std::optional<at::Tensor>& row_starts) {
   opus::CallDesc c = make_call(instance_id, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
-                                     query_start_loc, row_ends, out, out_offsets, records, heads, page_size,
-                                     pages_per_block, gather, max_seq_len, grid_x, parts);
-  if (path_stats.has_value()) c.path_stats = describe(*path_stats);
-  if (row_starts.has_value()) c.row_starts = describe(*row_starts);
+                               query_start_loc, row_ends, out, out_offsets, records, heads, page_size,
+                               pages_per_block, gather, max_seq_len, grid_x, parts, row_starts);
+  c.path_stats = describe(path_stats);
   if (!out.is_cuda()) throw std::invalid_argument("opus: out must be on a GPU; got " + out.device().str());
   opus::launch(c, reinterpret_cast<void*>(static_cast<intptr_t>(stream)));
 }
@@ -88,11 +91,9 @@ std::string validate(int64_t instance_id, int64_t mode, const at::Tensor& q, con
                      const std::optional<at::Tensor>& records, int64_t heads, int64_t page_size,
                      int64_t pages_per_block, bool gather, int64_t max_seq_len, int64_t grid_x, int64_t parts,
                      const std::optional<at::Tensor>& row_starts) {
-  opus::CallDesc c = make_call(instance_id, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
-                               query_start_loc, row_ends, out, out_offsets, records, heads, page_size,
-                               pages_per_block, gather, max_seq_len, grid_x, parts);
-  if (row_starts.has_value()) c.row_starts = describe(*row_starts);
-  return opus::validate(c);
+  return opus::validate(make_call(instance_id, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
+                                  query_start_loc, row_ends, out, out_offsets, records, heads, page_size,
+                                  pages_per_block, gather, max_seq_len, grid_x, parts, row_starts));
 }
 
 pybind11::list registry() {
@@ -123,22 +124,21 @@ pybind11::list registry() {
 
 }  // namespace
 
+// The keyword names of the arguments launch and validate share, in make_call's order.
+#define OPUS_CALL_ARGS                                                                                         \
+  pybind11::arg("instance_id"), pybind11::arg("mode"), pybind11::arg("q"), pybind11::arg("q_scale"),           \
+      pybind11::arg("kv_cache"), pybind11::arg("kv_scale"), pybind11::arg("weights"),                          \
+      pybind11::arg("block_tables"), pybind11::arg("query_start_loc"), pybind11::arg("row_ends"),              \
+      pybind11::arg("out"), pybind11::arg("out_offsets"), pybind11::arg("records"), pybind11::arg("heads"),    \
+      pybind11::arg("page_size"), pybind11::arg("pages_per_block"), pybind11::arg("gather"),                   \
+      pybind11::arg("max_seq_len"), pybind11::arg("grid_x"), pybind11::arg("parts")
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "opus: native MXFP4 paged MQA-logits kernels (mqa_logits_mxfp4.backends.opus)";
   m.def("launch", &launch, "check, then launch one instance on `stream` (torch's current stream handle)",
-        pybind11::arg("instance_id"), pybind11::arg("mode"), pybind11::arg("q"), pybind11::arg("q_scale"),
-        pybind11::arg("kv_cache"), pybind11::arg("kv_scale"), pybind11::arg("weights"), pybind11::arg("block_tables"),
-        pybind11::arg("query_start_loc"), pybind11::arg("row_ends"), pybind11::arg("out"), pybind11::arg("out_offsets"),
-        pybind11::arg("records"), pybind11::arg("heads"), pybind11::arg("page_size"), pybind11::arg("pages_per_block"),
-        pybind11::arg("gather"), pybind11::arg("max_seq_len"), pybind11::arg("grid_x"), pybind11::arg("parts"),
-        pybind11::arg("stream"), pybind11::arg("path_stats") = pybind11::none(),
+        OPUS_CALL_ARGS, pybind11::arg("stream"), pybind11::arg("path_stats") = pybind11::none(),
         pybind11::arg("row_starts") = pybind11::none());
-  m.def("validate", &validate, "the launcher's checks without a launch: '' or the broken rule",
-        pybind11::arg("instance_id"), pybind11::arg("mode"), pybind11::arg("q"), pybind11::arg("q_scale"),
-        pybind11::arg("kv_cache"), pybind11::arg("kv_scale"), pybind11::arg("weights"), pybind11::arg("block_tables"),
-        pybind11::arg("query_start_loc"), pybind11::arg("row_ends"), pybind11::arg("out"), pybind11::arg("out_offsets"),
-        pybind11::arg("records"), pybind11::arg("heads"), pybind11::arg("page_size"), pybind11::arg("pages_per_block"),
-        pybind11::arg("gather"), pybind11::arg("max_seq_len"), pybind11::arg("grid_x"), pybind11::arg("parts"),
+  m.def("validate", &validate, "the launcher's checks without a launch: '' or the broken rule", OPUS_CALL_ARGS,
         pybind11::arg("row_starts") = pybind11::none());
   m.def("registry", &registry, "every registry entry (registry.h) as a dict");
   m.def("target", &opus::target, "the target this build's kernels are for");
