@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""What each part of the i8 fast stage costs: kernel trees with one part taken out, built here with
+nvcc into scripts/opus_harness.cu binaries, and a script that times them all on the GPU machine
+(no build there, no torch). The numbers are for reading, not shipping: a variant without the
+conversion or the epilogue computes wrong logits (the harness says so), one without the consumers
+("empty") only moves the keys. docs/perf-notes.md has the table this made (2026-12-02).
+
+    python3 scripts/i8_ablations.py --out .gl/abl            # every variant, ids 20 and 31 at 64 heads
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,empty --ids 20
+    # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
+
+Each variant is exact text edits of kernel_sm90_i8.cuh; an edit whose text is no longer there
+stops the script (the kernel changed: update the edit). A variant that ptxas builds with
+serialized wgmma (the script prints the count) times that serialization too: read it with care."""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CSRC = ROOT / "mqa_logits_mxfp4" / "backends" / "opus" / "csrc"
+HARNESS = ROOT / "scripts" / "opus_harness.cu"
+NVCC = ["nvcc", "-std=c++17", "-O3", "--fmad=false", "-gencode=arch=compute_90a,code=sm_90a"]
+
+# (text in kernel_sm90_i8.cuh, what replaces it)
+EDITS = {
+    # the consumers only wait for each stage and release it: what the producer and memory alone cost
+    "empty": [("    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n",
+               "    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n"
+               "    mbar_arrive(&sm.empty[c][ring.slot]);\n    return;\n")],
+    # the fast conversion down to one permute a register (9 instructions a word -> 2)
+    "noconv": [("      i8_key_word(w0[j], t0, a[j][0], a[j][2]);\n      i8_key_word(w1[j], t1, a[j][1], a[j][3]);\n",
+                "      a[j][0] = prmt(t0.pos_lo, t0.pos_hi, w0[j]);\n      a[j][2] = prmt(t0.neg_lo, t0.neg_hi, w0[j]);\n"
+                "      a[j][1] = prmt(t1.pos_lo, t1.pos_hi, w1[j]);\n      a[j][3] = prmt(t1.neg_lo, t1.neg_hi, w1[j]);\n")],
+    # the epilogue down to one relu a key (no head sum). ptxas (CUDA 13) builds the r1 kernel of
+    # this variant alone with serialized wgmma in some trees and not in others (the measured one
+    # of docs/perf-notes.md was not): check the script's warning count
+    "noepi": [("  OPUS_DEV void unit_sums(const int32_t (&ac)[S::ACC], int ch, float (&rs)[RPC][2]) const {\n",
+               "  OPUS_DEV void unit_sums(const int32_t (&ac)[S::ACC], int ch, float (&rs)[RPC][2]) const {\n"
+               "#pragma unroll\n    for (int r = 0; r < RPC; ++r) {\n"
+               "      rs[r][0] = relu_scaled(ac[4 * r]);\n      rs[r][1] = relu_scaled(ac[4 * r + 2]);\n    }\n"
+               "    return;\n")],
+    # no wgmma on the fast path: the accumulators made from the operands (the conversion stays live)
+    "nomma": [("    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(",
+               "#pragma unroll\n    for (int i = 0; i < NC / 2; ++i) acc[i] = int32_t(a[(i >> 2) & 3][i & 3] ^ uint32_t(ch));\n"
+               "    return;\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(")],
+    # no bias slice: four wgmma a chunk instead of five
+    "nobias": [("    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(",
+                "#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), j > 0);\n"
+                "    return;\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(")],
+    # no vote: every stage of a fast group takes the fast path, no warpgroup barrier
+    "novote": [("      fast = bar_and(2 + c, 128, ok);", "      fast = true;\n      (void)ok;")],
+}
+COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"]}
+VARIANTS = ["base", *EDITS, *COMBOS]
+SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"]}
+
+
+def trimmed_registry(text: str, ids: list[int]) -> str:
+    """OPUS_INSTANCES with only the given rows, each at 64 heads (mask 0x4)."""
+    out, inside = [], False
+    for line in text.split("\n"):
+        if line.startswith("#define OPUS_INSTANCES"):
+            inside = True
+            out.append(line)
+            continue
+        if inside:
+            m = re.match(r"\s*X\((\d+),", line)
+            if m:
+                if int(m.group(1)) in ids:
+                    out.append(re.sub(r"0x[0-9A-F]+\)", "0x4)", line).rstrip(" \\") + " \\")
+                continue
+            if line.strip().startswith("/*"):
+                out.append(line)
+                continue
+            out[-1] = out[-1].rstrip(" \\")
+            inside = False
+        out.append(line)
+    return "\n".join(out)
+
+
+def make_tree(out: Path, variant: str, ids: list[int]) -> Path:
+    tree = out / variant
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.copytree(CSRC, tree)
+    reg = tree / "registry.h"
+    reg.write_text(trimmed_registry(reg.read_text(), ids))
+    kernel = tree / "kernel_sm90_i8.cuh"
+    src = kernel.read_text()
+    for name in COMBOS.get(variant, [variant] if variant in EDITS else []):
+        for old, new in EDITS[name]:
+            if src.count(old) != 1:
+                sys.exit(f"{variant}: the edit '{name}' no longer matches kernel_sm90_i8.cuh exactly once")
+            src = src.replace(old, new)
+    kernel.write_text(src)
+    return tree
+
+
+def build(out: Path, variant: str, tree: Path) -> str:
+    exe = out / "bin" / variant
+    cmd = NVCC + [f"-I{tree}", str(HARNESS), str(tree / "kernels.cu"), str(tree / "launch.cpp"), "-o", str(exe)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    serialized = [l for l in res.stderr.splitlines() if "are serialized" in l]  # ptxas C7510-C7520
+    if res.returncode != 0:
+        return f"{variant}: build failed\n{res.stderr[-2000:]}"
+    return f"{variant}: built" + (f" ({len(serialized)} wgmma serialization warnings)" if serialized else "")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="a folder of the checkout that is ignored (carry it)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
+    ap.add_argument("--ids", default="20,31", help="registry ids to keep (their 64-head kernels)")
+    ap.add_argument("--rounds", type=int, default=2)
+    a = ap.parse_args()
+    variants = [v for v in a.variants.split(",") if v]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        ap.error(f"unknown variants {unknown}")
+    ids = [int(i) for i in a.ids.split(",")]
+    (a.out / "bin").mkdir(parents=True, exist_ok=True)
+    trees = {v: make_tree(a.out, v, ids) for v in variants}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for line in pool.map(lambda v: build(a.out, v, trees[v]), variants):
+            print(line)
+    lines = ["#!/usr/bin/env bash", "# made by scripts/i8_ablations.py: every variant, every shape, alternating rounds",
+             'cd "$(dirname "${BASH_SOURCE[0]}")"']
+    for _ in range(a.rounds):
+        for v in variants:
+            for i in ids:
+                for shape in SHAPES.get(i, []):
+                    lines.append(f'echo -n "{v}: "; timeout 60 ./bin/{v} {i} {shape} 20')
+    (a.out / "run.sh").write_text("\n".join(lines) + "\n")
+    print(f"wrote {a.out / 'run.sh'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

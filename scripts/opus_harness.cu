@@ -1,0 +1,221 @@
+// A driver of the opus kernels without torch: one Free-mode call on synthetic MXFP4 data
+// (random E2M1 bytes, block scales of each 128-vector within `spread` binades of each other, a
+// random page table), a float64 check of 4000 sampled cells against the op's formula
+// (docs/numerics.md), then the median of cold-L2 launches. It builds on this machine with nvcc
+// alone (kernels.cu is torch-free), so a trimmed or patched kernel tree runs on the GPU machine
+// without a build there: scripts/i8_ablations.py makes such trees. Not a benchmark of the op
+// (that is `mqa-logits-mxfp4 bench`): no dispatch, no host checks beyond checks.h, fixed
+// sequence lengths.
+//
+//   nvcc -std=c++17 -O3 --fmad=false -gencode=arch=compute_90a,code=sm_90a -I<csrc> \
+//        scripts/opus_harness.cu <csrc>/kernels.cu <csrc>/launch.cpp -o harness
+//   ./harness INSTANCE_ID ROWS_PER_SEQ SEQS KEYS [ITERS=20] [SPREAD=2]
+//
+// Prints one line: the median and best time, the bytes a second that means, the fast /
+// canonical stage counts (path_stats) and the check's worst error in units of A.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "checks.h"
+#include "kernels.h"
+
+using namespace opus;
+
+namespace {
+
+uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+uint32_t rnd() {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return uint32_t(rng_state >> 11);
+}
+
+double e2m1(int code) {
+  static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  return (code & 8) ? -mag[code & 7] : mag[code & 7];
+}
+double e8m0(int byte) { return std::ldexp(1.0, byte - 127); }
+// element e of a 64-byte E2M1 vector (low nibble = even element)
+int code_of(const uint8_t* v, int e) { return (v[e / 2] >> (4 * (e & 1))) & 15; }
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::printf("CUDA error in %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+template <class T>
+T* to_device(const std::vector<T>& h) {
+  T* d = nullptr;
+  check(cudaMalloc(&d, h.size() * sizeof(T)), "cudaMalloc");
+  check(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+  return d;
+}
+
+TensorDesc desc(const void* p, int32_t dtype, std::vector<int64_t> sizes) {
+  TensorDesc t;
+  t.ptr = p;
+  t.dtype = dtype;
+  t.ndim = int(sizes.size());
+  t.device = 0;
+  int64_t stride = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    t.sizes[i] = sizes[i];
+    t.strides[i] = stride;
+    stride *= sizes[i];
+  }
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::printf("usage: %s INSTANCE_ID ROWS_PER_SEQ SEQS KEYS [ITERS] [SPREAD]\n", argv[0]);
+    return 2;
+  }
+  const int id = std::atoi(argv[1]), M = std::atoi(argv[2]), B = std::atoi(argv[3]), ctx = std::atoi(argv[4]);
+  const int iters = argc > 5 ? std::atoi(argv[5]) : 20;
+  const int spread = argc > 6 ? std::atoi(argv[6]) : 2;
+  const int H = 64, P = 64;
+  const int rows = B * M, pages_per_seq = (ctx + P - 1) / P, pages = B * pages_per_seq;
+  const InstanceInfo* inst = find_instance(id);
+  if (inst == nullptr) {
+    std::printf("no instance %d in this build\n", id);
+    return 2;
+  }
+
+  // data: a 128-vector's four scale bytes within `spread` of each other, vectors spread widely
+  const int D = kHeadBytes, S = kScaleBlocks;  // bytes a vector, scales a vector
+  std::vector<uint8_t> q(size_t(rows) * H * D), qs(size_t(rows) * H * S), kv(size_t(pages) * P * D),
+      ks(size_t(pages) * P * S);
+  for (auto& x : q) x = uint8_t(rnd());
+  for (auto& x : kv) x = uint8_t(rnd());
+  for (size_t i = 0; i < qs.size(); i += S) {
+    const int base = 118 + int(rnd() % 8);
+    for (int j = 0; j < S; ++j) qs[i + j] = uint8_t(base + int(rnd() % (spread + 1)));
+  }
+  for (size_t i = 0; i < ks.size(); i += S) {
+    const int base = 110 + int(rnd() % 16);
+    for (int j = 0; j < S; ++j) ks[i + j] = uint8_t(base + int(rnd() % (spread + 1)));
+  }
+  std::vector<float> w(size_t(rows) * H);
+  for (auto& x : w) x = float(int(rnd() % 2001) - 1000) / 1000.0f;
+  std::vector<int32_t> table(size_t(B) * pages_per_seq), qsl(B + 1), ends(rows);
+  for (int i = 0; i < pages; ++i) table[i] = i;
+  for (int i = pages - 1; i > 0; --i) std::swap(table[i], table[rnd() % (i + 1)]);
+  for (int b = 0; b <= B; ++b) qsl[b] = b * M;
+  for (int r = 0; r < rows; ++r) ends[r] = ctx - (M - 1 - r % M);  // MTP: row t of a sequence sees t more keys
+
+  uint8_t *dq = to_device(q), *dqs = to_device(qs), *dkv = to_device(kv), *dks = to_device(ks);
+  float* dw = to_device(w);
+  int32_t *dtable = to_device(table), *dqsl = to_device(qsl), *dends = to_device(ends);
+  float* dout = nullptr;
+  unsigned long long* dstats = nullptr;
+  check(cudaMalloc(&dout, size_t(rows) * ctx * 4), "cudaMalloc out");
+  check(cudaMemset(dout, 0xFF, size_t(rows) * ctx * 4), "poison out");  // NaN: unwritten cells fail the check
+  check(cudaMalloc(&dstats, 16), "cudaMalloc path_stats");
+  check(cudaMemset(dstats, 0, 16), "cudaMemset path_stats");
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
+
+  CallDesc c;
+  c.instance_id = id;
+  c.mode = kModeFree;
+  c.q = desc(dq, kU8, {rows, H, D});
+  c.q_scale = desc(dqs, kU8, {rows, H, S});
+  c.kv = desc(dkv, kU8, {pages, P, D});
+  c.kv_scale = desc(dks, kU8, {pages, P, S});
+  c.weights = desc(dw, kF32, {rows, H});
+  c.block_tables = desc(dtable, kI32, {B, pages_per_seq});
+  c.qsl = desc(dqsl, kI32, {B + 1});
+  c.row_ends = desc(dends, kI32, {rows});
+  c.out = desc(dout, kF32, {rows, ctx});
+  c.path_stats = desc(dstats, kI64, {2});
+  c.heads = H;
+  c.page_size = P;
+  c.pages_per_block = 1;
+  c.max_seq_len = ctx;
+  c.grid_x = sms;
+  LaunchArgs args{};
+  const std::string err = check_call(c, *inst, &args);
+  if (!err.empty()) {
+    std::printf("check_call: %s\n", err.c_str());
+    return 1;
+  }
+  if (launch_instance(id, args, 0, nullptr) != kLaunched) {
+    std::printf("launch failed: %s\n", launch_error());
+    return 1;
+  }
+  check(cudaDeviceSynchronize(), "first launch");
+  unsigned long long stats[2];
+  check(cudaMemcpy(stats, dstats, 16, cudaMemcpyDeviceToHost), "path_stats");
+
+  // float64 check of sampled cells: |out - ref| <= 1e-5 A (A: the formula in absolute values)
+  std::vector<float> out(size_t(rows) * ctx);
+  check(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost), "out");
+  double worst = 0;
+  int bad = 0;
+  const int samples = 4000;
+  for (int s = 0; s < samples; ++s) {
+    const int r = int(rnd() % rows), n = int(rnd() % ends[r]);
+    const int slot = table[size_t(r / M) * pages_per_seq + n / P] * P + n % P;
+    double ref = 0, a = 0;
+    for (int h = 0; h < H; ++h) {
+      const uint8_t* qv = &q[(size_t(r) * H + h) * D];
+      const uint8_t* kvv = &kv[size_t(slot) * D];
+      double dot = 0, dot_abs = 0;
+      for (int blk = 0; blk < S; ++blk) {
+        double part = 0, part_abs = 0;
+        for (int i = 0; i < kHeadDim / S; ++i) {  // a scale block's elements
+          const int e = kHeadDim / S * blk + i;
+          const double prod = e2m1(code_of(qv, e)) * e2m1(code_of(kvv, e));
+          part += prod;
+          part_abs += std::fabs(prod);
+        }
+        const double sc = e8m0(qs[(size_t(r) * H + h) * S + blk]) * e8m0(ks[size_t(slot) * S + blk]);
+        dot += sc * part;
+        dot_abs += sc * part_abs;
+      }
+      ref += w[size_t(r) * H + h] * std::max(dot, 0.0);
+      a += std::fabs(w[size_t(r) * H + h]) * dot_abs;
+    }
+    const double e = std::fabs(double(out[size_t(r) * ctx + n]) - ref) / std::max(a, 1e-300);
+    worst = std::max(worst, e);
+    bad += !(e <= 1e-5);
+  }
+
+  // timing: each launch after a 256 MB write that evicts L2
+  void* flush = nullptr;
+  const size_t flush_bytes = size_t(256) << 20;
+  check(cudaMalloc(&flush, flush_bytes), "cudaMalloc flush");
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> us;
+  for (int i = 0; i < iters + 3; ++i) {
+    check(cudaMemsetAsync(flush, i, flush_bytes), "flush");
+    cudaEventRecord(e0);
+    launch_instance(id, args, 0, nullptr);
+    cudaEventRecord(e1);
+    check(cudaEventSynchronize(e1), "timed launch");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i >= 3) us.push_back(ms * 1000.0f);
+  }
+  std::sort(us.begin(), us.end());
+  const double med = us[us.size() / 2];
+  std::printf("%s M=%d B=%d keys=%d: median %.1f us (best %.1f), %.0f GB/s of keys; fast/canonical stages %llu/%llu; "
+              "%d cells checked, worst %.2e A, %d past 1e-5 A\n",
+              inst->name, M, B, ctx, med, us[0], double(B) * ctx * (D + S) / (med * 1e3), stats[0], stats[1], samples,
+              worst, bad);
+  return bad ? 3 : 0;
+}

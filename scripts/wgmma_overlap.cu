@@ -1,0 +1,284 @@
+// Does the tensor core's work overlap the CUDA cores' on sm_90a? A microbenchmark in the shape
+// of the i8 fast stage (docs/perf-notes.md, 2026-12-02): one CTA an SM, three warpgroups, per
+// 64-key block five chained INT8 wgmma m64n64k32 (A from registers, or from shared memory),
+// ALU independent byte permutes (8 chains), a wait for the previous block's group and its
+// epilogue (a saturating multiply and an FMA a cell); then the same work with the roles split
+// (warpgroups that only issue wgmma and sum, warpgroups that only permute and, optionally, write
+// a converted tile to shared memory for the wgmma to read). Each case prints ns a key an SM;
+// compare a case with the sum of its parts alone.
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Imqa_logits_mxfp4/backends/opus/csrc \
+//        scripts/wgmma_overlap.cu -o /tmp/wgmma_overlap && /tmp/wgmma_overlap
+// ptxas schedules the permutes and FMAs around the wgmma as it likes (source order, volatile asm
+// and memory clobbers do not pin them): each case measures the layout ptxas chose.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <type_traits>
+
+#include "sm90_ptx.cuh"
+
+using namespace opus::sm90;
+
+namespace {
+
+#define ACC32(d)                                                                                          \
+  "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),         \
+      "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), \
+      "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]),         \
+      "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]),          \
+      "+r"(d[30]), "+r"(d[31])
+#define D32                                                                                              \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
+// D += A x B, 64 x 64 x 32, u8 x s8 -> s32; A from registers (RS) or shared memory (SS)
+template <bool SS>
+__device__ __forceinline__ void wgmma64(int32_t (&d)[32], const uint32_t (&a)[4], uint64_t desc_a, uint64_t desc_b) {
+  if constexpr (SS)
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.s32.u8.s8 " D32 ", %32, %33, 1;\n"
+                 : ACC32(d)
+                 : "l"(desc_a), "l"(desc_b));
+  else
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.s32.u8.s8 " D32 ", {%32, %33, %34, %35}, %36, 1;\n"
+                 : ACC32(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+__device__ __forceinline__ uint32_t permute(uint32_t a, uint32_t b, uint32_t s) {
+  uint32_t r;
+  asm volatile("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
+  return r;
+}
+// relu(I) * 2^-22 and an FMA: the fast path's cell (kernel_sm90_i8.cuh, relu_scaled)
+__device__ __forceinline__ float cell(int32_t i, float w, float acc) {
+  float y;
+  asm volatile("{\n.reg .f32 t;\nmul.rn.sat.f32 t, %1, 0f7F000000;\nfma.rn.f32 %0, t, %2, %3;\n}"
+               : "=f"(y)
+               : "f"(__int_as_float(i)), "f"(w), "f"(acc));
+  return y;
+}
+
+constexpr int kSmem = 64 * 1024;
+
+// MMA_WG < 0: every warpgroup issues wgmma, permutes and epilogue; else warpgroup MMA_WG issues
+// the wgmma (and the epilogue) for all, the others only permute. MMA / EPI off: that part left out.
+template <bool MMA, bool SS, int ALU, bool EPI, int MMA_WG>
+__global__ void __launch_bounds__(384, 1) blocks_kernel(float* sink, int blocks) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, wg = tid / 128, wgs = blockDim.x / 128;
+  for (int i = tid; i < kSmem / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = i * 2654435761u;
+  __syncthreads();
+  fence_async_smem();
+  const uint32_t base = smem_addr(smem);
+  uint32_t x[8];
+  for (int i = 0; i < 8; ++i) x[i] = tid * (i + 1);
+  if (MMA_WG >= 0 && wg != MMA_WG) {  // a permute-only warpgroup: its own loop, no wgmma in it
+    for (int b = 0; b < blocks; ++b)
+#pragma unroll
+      for (int k = 0; k < ALU / 8; ++k)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[i] = permute(x[i], x[(i + 1) & 7], x[(i + 3) & 7]);
+    float t = 0.0f;
+    for (int i = 0; i < 8; ++i) t += float(x[i]);
+    sink[blockIdx.x * blockDim.x + tid] = t;
+    return;
+  }
+  constexpr bool does_mma = MMA, does_alu = MMA_WG < 0;  // compile-time: no wgmma in a divergent path
+  const int my_blocks = MMA_WG < 0 ? blocks : blocks * (wgs - 1);
+  int32_t acc[2][32] = {};
+  const uint32_t a[4] = {1u, 2u, 3u, 4u};
+  float w = 0.5f + tid, s0 = 0.0f, s1 = 0.0f;
+  auto block = [&](auto cur_c, bool first) {
+    constexpr int cur = decltype(cur_c)::value;
+    (void)cur;  // unused when neither wgmma nor epilogue run
+    if constexpr (does_mma) {
+      wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < 5; ++j)
+        wgmma64<SS>(acc[cur], a, smem_desc_at(base + wg * 4096 + j * 512, 128, 256), smem_desc_at(base + 32768 + j * 2048, 128, 256));
+      wgmma_commit();
+    }
+    if constexpr (does_alu) {
+#pragma unroll
+      for (int k = 0; k < ALU / 8; ++k)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[i] = permute(x[i], x[(i + 1) & 7], x[(i + 3) & 7]);
+    }
+    if (first || !(does_mma || EPI)) return;
+    if constexpr (does_mma) {
+      wgmma_wait<1>();
+      for (int i = 0; i < 32; ++i) pin(acc[cur ^ 1][i]);
+    }
+    if constexpr (EPI) {
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        s0 = cell(acc[cur ^ 1][i], w, s0);
+        s1 = cell(acc[cur ^ 1][i + 1], w, s1);
+      }
+    }
+  };
+  for (int b = 0; b < my_blocks; b += 4) {  // four blocks, then drained (as a stage of the kernel)
+    block(std::integral_constant<int, 0>{}, true);
+    block(std::integral_constant<int, 1>{}, false);
+    block(std::integral_constant<int, 0>{}, false);
+    block(std::integral_constant<int, 1>{}, false);
+    if constexpr (does_mma) {
+      wgmma_wait<0>();
+      for (int i = 0; i < 32; ++i) pin(acc[1][i]);
+    }
+  }
+  float t = s0 + s1;
+  for (int i = 0; i < 8; ++i) t += float(x[i]);
+  for (int i = 0; i < 32; ++i) t += float(acc[0][i] + acc[1][i]);
+  sink[blockIdx.x * blockDim.x + tid] = t;
+}
+
+template <bool MMA, bool SS, int ALU, bool EPI, int MMA_WG = -1>
+void run(const char* name) {
+  constexpr int kWgs = 3, kBlocks = 20000;
+  auto k = blocks_kernel<MMA, SS, ALU, EPI, MMA_WG>;
+  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  float* sink = nullptr;
+  cudaMalloc(&sink, size_t(sms) * 128 * kWgs * 4);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  k<<<sms, 128 * kWgs, kSmem>>>(sink, 16);  // warm-up
+  cudaEventRecord(e0);
+  k<<<sms, 128 * kWgs, kSmem>>>(sink, kBlocks);
+  cudaEventRecord(e1);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  // keys an SM: 64 a block, the blocks of every ALU warpgroup (or of every warpgroup)
+  const double keys = 64.0 * kBlocks * (MMA_WG < 0 ? kWgs : kWgs - 1);
+  const cudaError_t err = cudaGetLastError();
+  std::printf("%-52s %6.3f ns a key an SM%s\n", name, ms * 1e6 / keys, err == cudaSuccess ? "" : cudaGetErrorString(err));
+  cudaFree(sink);
+}
+
+// Split roles with the traffic of a converter design: CONV warpgroups each "convert" a 64-key
+// block (ALU permutes a thread) and, with STS, write its INT8 tile (8 KB: 32 bytes a thread of
+// two warpgroups) into a ring of shared-memory tiles; MMA warpgroups run five SS wgmma a block
+// with A read from that ring, then the epilogue. No synchronization between the roles (a timing
+// model, not a kernel: the values are garbage).
+template <int MMA_WGS, int ALU, bool STS, bool MMA>
+__global__ void __launch_bounds__(512, 1) split_kernel(float* sink, int blocks) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, wg = tid / 128, wgs = blockDim.x / 128, conv = wgs - MMA_WGS;
+  for (int i = tid; i < kSmem / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = i * 2654435761u;
+  __syncthreads();
+  fence_async_smem();
+  const uint32_t base = smem_addr(smem);
+  constexpr uint32_t kTile = 8192, kRing = 4, kQ = 32768;  // tiles at [0, 32K), the query operand above
+  float t = 0.0f;
+  if (wg >= MMA_WGS) {  // converter
+    uint32_t x[8];
+    for (int i = 0; i < 8; ++i) x[i] = tid * (i + 1);
+    const int ct = tid - 128 * MMA_WGS;
+    for (int b = 0; b < blocks; ++b) {
+#pragma unroll
+      for (int k = 0; k < ALU / 8; ++k)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[i] = permute(x[i], x[(i + 1) & 7], x[(i + 3) & 7]);
+      if constexpr (STS) {
+        uint4* tile = reinterpret_cast<uint4*>(smem + (b % kRing) * kTile);
+        const int slot = (ct * 2) % (kTile / 16);
+        tile[slot] = make_uint4(x[0], x[1], x[2], x[3]);
+        tile[slot + 1] = make_uint4(x[4], x[5], x[6], x[7]);
+      }
+    }
+    for (int i = 0; i < 8; ++i) t += float(x[i]);
+  } else if constexpr (MMA) {  // wgmma + epilogue for its share of every converter's blocks
+    const int mine = blocks * conv / MMA_WGS;
+    int32_t acc[2][32] = {};
+    const uint32_t a[4] = {1u, 2u, 3u, 4u};
+    float w = 0.5f + tid, s0 = 0.0f, s1 = 0.0f;
+    auto block = [&](auto cur_c, int b, bool first) {
+      constexpr int cur = decltype(cur_c)::value;
+      wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < 5; ++j)
+        wgmma64<true>(acc[cur], a, smem_desc_at(base + (b % kRing) * kTile + (j % 4) * 2048, 128, 256),
+                      smem_desc_at(base + kQ + j * 2048, 128, 256));
+      wgmma_commit();
+      if (first) return;
+      wgmma_wait<1>();
+      for (int i = 0; i < 32; ++i) pin(acc[cur ^ 1][i]);
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        s0 = cell(acc[cur ^ 1][i], w, s0);
+        s1 = cell(acc[cur ^ 1][i + 1], w, s1);
+      }
+    };
+    for (int b = 0; b < mine; b += 4) {
+      block(std::integral_constant<int, 0>{}, b, true);
+      block(std::integral_constant<int, 1>{}, b + 1, false);
+      block(std::integral_constant<int, 0>{}, b + 2, false);
+      block(std::integral_constant<int, 1>{}, b + 3, false);
+      wgmma_wait<0>();
+      for (int i = 0; i < 32; ++i) pin(acc[1][i]);
+    }
+    t = s0 + s1;
+    for (int i = 0; i < 32; ++i) t += float(acc[0][i] + acc[1][i]);
+  }
+  sink[blockIdx.x * blockDim.x + tid] = t;
+}
+
+template <int MMA_WGS, int ALU, bool STS, bool MMA = true>
+void run_split(const char* name, int wgs) {
+  constexpr int kBlocks = 20000;
+  auto k = split_kernel<MMA_WGS, ALU, STS, MMA>;
+  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  float* sink = nullptr;
+  cudaMalloc(&sink, size_t(sms) * 512 * 4);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  k<<<sms, 128 * wgs, kSmem>>>(sink, 16);
+  cudaEventRecord(e0);
+  k<<<sms, 128 * wgs, kSmem>>>(sink, kBlocks);
+  cudaEventRecord(e1);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  const double keys = 64.0 * kBlocks * (wgs - MMA_WGS);
+  const cudaError_t err = cudaGetLastError();
+  std::printf("%-52s %6.3f ns a key an SM%s\n", name, ms * 1e6 / keys, err == cudaSuccess ? "" : cudaGetErrorString(err));
+  cudaFree(sink);
+}
+
+}  // namespace
+
+int main() {
+  std::printf("three warpgroups a CTA, one CTA an SM; a block: 64 keys\n");
+  run<true, false, 0, false>("wgmma only (RS)");
+  run<true, true, 0, false>("wgmma only (SS)");
+  run<false, false, 80, true>("80 permutes + epilogue, no wgmma");
+  run<false, false, 160, true>("160 permutes + epilogue, no wgmma");
+  run<true, false, 0, true>("wgmma (RS) + epilogue");
+  run<true, false, 80, true>("wgmma (RS) + 80 permutes + epilogue");
+  run<true, true, 80, true>("wgmma (SS) + 80 permutes + epilogue");
+  run<true, false, 160, true>("wgmma (RS) + 160 permutes + epilogue");
+  std::printf("one warpgroup issues every wgmma (SS) and the epilogue, two only permute\n");
+  run<true, true, 0, true, 0>("wgmma warpgroup alone (+ epilogue)");
+  run<false, true, 80, false, 0>("permute warpgroups alone (80 a block)");
+  run<true, true, 80, true, 0>("both");
+  // the conversion's real share: 144 ALU operations a key = 36 a thread a block over two
+  // converter warpgroups, 40 here; its tile written to shared memory (STS) or not
+  std::printf("split roles with a converter's traffic (4 warpgroups unless named)\n");
+  run_split<1, 0, false>("1 wgmma+epilogue WG, converters idle (3 WGs)", 3);
+  run_split<1, 40, false>("1 wgmma+epilogue WG, 2 converters (40 ALU)", 3);
+  run_split<1, 40, true>("1 wgmma+epilogue WG, 2 converters (40 ALU + STS)", 3);
+  run_split<2, 0, false>("2 wgmma+epilogue WGs, converters idle", 4);
+  run_split<2, 40, false>("2 wgmma+epilogue WGs, 2 converters (40 ALU)", 4);
+  run_split<2, 40, true>("2 wgmma+epilogue WGs, 2 converters (40 ALU + STS)", 4);
+  run_split<2, 80, true>("2 wgmma+epilogue WGs, 2 converters (80 ALU + STS)", 4);
+  run_split<2, 40, true, false>("2 converters alone (40 ALU + STS), wgmma WGs idle", 4);
+  run_split<1, 40, true>("1 wgmma+epilogue WG, 3 converters (40 ALU + STS)", 4);
+  return 0;
+}
