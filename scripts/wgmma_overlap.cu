@@ -4,8 +4,9 @@
 // ALU independent byte permutes (8 chains), a wait for the previous block's group and its
 // epilogue (a saturating multiply and an FMA a cell); then the same work with the roles split
 // (warpgroups that only issue wgmma and sum, warpgroups that only permute and, optionally, write
-// a converted tile to shared memory for the wgmma to read). Each case prints ns a key an SM;
-// compare a case with the sum of its parts alone.
+// a converted tile to shared memory for the wgmma to read, and -- RAW -- bulk-copy their raw keys
+// from global memory and read them back first). Each case prints ns a key an SM; compare a case
+// with the sum of its parts alone.
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Imqa_logits_mxfp4/backends/opus/csrc \
 //        scripts/wgmma_overlap.cu -o /tmp/wgmma_overlap && /tmp/wgmma_overlap
 // ptxas schedules the permutes and FMAs around the wgmma as it likes (source order, volatile asm
@@ -164,8 +165,14 @@ void run(const char* name) {
 // two warpgroups) into a ring of shared-memory tiles; MMA warpgroups run five SS wgmma a block
 // with A read from that ring, then the epilogue. No synchronization between the roles (a timing
 // model, not a kernel: the values are garbage).
-template <int MMA_WGS, int ALU, bool STS, bool MMA>
-__global__ void __launch_bounds__(512, 1) split_kernel(float* sink, int blocks) {
+// RAW adds the two streams a real converter has: each converter warpgroup's raw keys come from
+// global memory by bulk copy (68 bytes a key, a 4-slot ring, one mbarrier a slot) and are read
+// with LDS before the permutes (the slot re-filled after a warpgroup barrier).
+constexpr uint32_t kRawBytes = 64 * 68, kRawSlots = 4, kRawOff = 49152, kBarOff = 86016, kSplitSmem = 96 * 1024;
+constexpr long long kRawChunks = 65536;  // a 285 MB source, read round robin (L2 holds 50 MB)
+
+template <int MMA_WGS, int ALU, bool STS, bool MMA, bool RAW>
+__global__ void __launch_bounds__(512, 1) split_kernel(float* sink, int blocks, const uint8_t* src) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, wg = tid / 128, wgs = blockDim.x / 128, conv = wgs - MMA_WGS;
   for (int i = tid; i < kSmem / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = i * 2654435761u;
@@ -177,8 +184,31 @@ __global__ void __launch_bounds__(512, 1) split_kernel(float* sink, int blocks) 
   if (wg >= MMA_WGS) {  // converter
     uint32_t x[8];
     for (int i = 0; i < 8; ++i) x[i] = tid * (i + 1);
-    const int ct = tid - 128 * MMA_WGS;
+    const int ct = tid - 128 * MMA_WGS, cw = wg - MMA_WGS, lt = tid % 128;
+    uint8_t* raw = smem + kRawOff + cw * kRawSlots * kRawBytes;
+    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kBarOff) + cw * kRawSlots;
+    auto issue = [&](int b) {  // block b's raw keys into slot b % kRawSlots
+      if (lt != 0 || b >= blocks) return;
+      const long long chunk = ((long long)(blockIdx.x * conv + cw) * blocks + b) % kRawChunks;
+      mbar_expect_tx(&bars[b % kRawSlots], kRawBytes);
+      bulk_copy(raw + (b % kRawSlots) * kRawBytes, src + chunk * kRawBytes, kRawBytes, &bars[b % kRawSlots]);
+      mbar_arrive(&bars[b % kRawSlots]);
+    };
+    if constexpr (RAW) {
+      if (lt == 0)
+        for (uint32_t i = 0; i < kRawSlots; ++i) mbar_init(&bars[i], 1);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      bar_sync(1 + cw, 128);
+      for (uint32_t i = 0; i < kRawSlots; ++i) issue(int(i));
+    }
     for (int b = 0; b < blocks; ++b) {
+      if constexpr (RAW) {
+        mbar_wait(&bars[b % kRawSlots], uint32_t(b / kRawSlots) & 1u);
+        const uint4* r = reinterpret_cast<const uint4*>(raw + (b % kRawSlots) * kRawBytes) + 2 * lt;
+        const uint4 r0 = r[0], r1 = r[1];
+        x[0] ^= r0.x; x[1] ^= r0.y; x[2] ^= r0.z; x[3] ^= r0.w;
+        x[4] ^= r1.x; x[5] ^= r1.y; x[6] ^= r1.z; x[7] ^= r1.w;
+      }
 #pragma unroll
       for (int k = 0; k < ALU / 8; ++k)
 #pragma unroll
@@ -188,6 +218,10 @@ __global__ void __launch_bounds__(512, 1) split_kernel(float* sink, int blocks) 
         const int slot = (ct * 2) % (kTile / 16);
         tile[slot] = make_uint4(x[0], x[1], x[2], x[3]);
         tile[slot + 1] = make_uint4(x[4], x[5], x[6], x[7]);
+      }
+      if constexpr (RAW) {
+        bar_sync(1 + cw, 128);  // every thread has read slot b: refill it
+        issue(b + int(kRawSlots));
       }
     }
     for (int i = 0; i < 8; ++i) t += float(x[i]);
@@ -227,11 +261,16 @@ __global__ void __launch_bounds__(512, 1) split_kernel(float* sink, int blocks) 
   sink[blockIdx.x * blockDim.x + tid] = t;
 }
 
-template <int MMA_WGS, int ALU, bool STS, bool MMA = true>
+template <int MMA_WGS, int ALU, bool STS, bool MMA = true, bool RAW = false>
 void run_split(const char* name, int wgs) {
   constexpr int kBlocks = 20000;
-  auto k = split_kernel<MMA_WGS, ALU, STS, MMA>;
-  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  auto k = split_kernel<MMA_WGS, ALU, STS, MMA, RAW>;
+  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSplitSmem);
+  static uint8_t* src = nullptr;
+  if (src == nullptr) {
+    cudaMalloc(&src, kRawChunks * kRawBytes);
+    cudaMemset(src, 1, kRawChunks * kRawBytes);
+  }
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   float* sink = nullptr;
@@ -239,9 +278,9 @@ void run_split(const char* name, int wgs) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  k<<<sms, 128 * wgs, kSmem>>>(sink, 16);
+  k<<<sms, 128 * wgs, kSplitSmem>>>(sink, 16, src);
   cudaEventRecord(e0);
-  k<<<sms, 128 * wgs, kSmem>>>(sink, kBlocks);
+  k<<<sms, 128 * wgs, kSplitSmem>>>(sink, kBlocks, src);
   cudaEventRecord(e1);
   cudaEventSynchronize(e1);
   float ms = 0;
@@ -280,5 +319,9 @@ int main() {
   run_split<2, 80, true>("2 wgmma+epilogue WGs, 2 converters (80 ALU + STS)", 4);
   run_split<2, 40, true, false>("2 converters alone (40 ALU + STS), wgmma WGs idle", 4);
   run_split<1, 40, true>("1 wgmma+epilogue WG, 3 converters (40 ALU + STS)", 4);
+  std::printf("the same with the raw keys bulk-copied from global memory and read back (RAW)\n");
+  run_split<2, 80, true, false, true>("2 converters alone (80 ALU + STS + RAW)", 4);
+  run_split<2, 80, true, true, true>("2 wgmma+epilogue WGs, 2 converters (80 ALU + STS + RAW)", 4);
+  run_split<2, 0, false, false, true>("2 converters moving raw keys only (RAW)", 4);
   return 0;
 }
