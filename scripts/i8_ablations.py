@@ -56,6 +56,49 @@ EDITS = {
     # no vote: every stage of a fast group takes the fast path, no warpgroup barrier
     "novote": [("      fast = bar_and(2 + c, 128, ok);", "      fast = true;\n      (void)ok;")],
 }
+# The start-up timeline: %globaltimer at the milestones of a call, into the path_stats buffer
+# from word 8 on (the harness gives it 32 words and prints them with STAMPS=1). Not an ablation:
+# the kernel is whole; a stamp costs a global store.
+_TS = ("__device__ __forceinline__ unsigned long long stamp_now() {\n"
+       "  unsigned long long t;\n  asm volatile(\"mov.u64 %0, %globaltimer;\" : \"=l\"(t));\n  return t;\n}\n"
+       "#define TS(i) do { if (args.path_stats) args.path_stats[8 + (i)] = stamp_now(); } while (0)\n"
+       "#define TS_ONCE(i) do { if (args.path_stats && args.path_stats[8 + (i)] == 0) TS(i); } while (0)\n"
+       "#define TS_MIN(i) do { if (args.path_stats) atomicMin(&args.path_stats[8 + (i)], stamp_now()); } while (0)\n"
+       "#define TS_MAX(i) do { if (args.path_stats) atomicMax(&args.path_stats[8 + (i)], stamp_now()); } while (0)\n")
+EDITS["stamps"] = [
+    ("// ------------------------------------------------------------------------------------ producer\n",
+     _TS + "// ------------------------------------------------------------------------------------ producer\n"),
+    ("  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n",
+     "  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n"
+     "  if (tid == 0) {\n    TS_MIN(0);\n    TS_MAX(1);\n  }\n"),
+    ("  PieceWalk walk = make_walk(args, sv, R, sm.range);\n",
+     "  if (tid == 0 && blockIdx.x == 0) TS(2);  // the scan and the barrier done\n"
+     "  PieceWalk walk = make_walk(args, sv, R, sm.range);\n"),
+    ("    regs_shrink<S::PRODUCER_REGS>();\n",
+     "    regs_shrink<S::PRODUCER_REGS>();\n    if (tid == 0 && blockIdx.x == 0) TS(3);\n"),
+    ("  OPUS_DEV void piece(const Piece& p) {\n    int gbeg, gend;\n    group_keys<R>(args, p, gbeg, gend);\n"
+     "    const int kbeg = piece_first_key(p, gbeg), kend = imin(gend, p.t1 * kBlockN);\n",
+     "  OPUS_DEV void piece(const Piece& p) {\n    const bool st = blockIdx.x == 0 && c == 0 && lane == 0;\n"
+     "    if (st) TS_ONCE(4);  // the walk's first step done\n    int gbeg, gend;\n    group_keys<R>(args, p, gbeg, gend);\n"
+     "    if (st && gend != -12345) TS_ONCE(5);  // the row window read (the compare waits for it)\n"
+     "    const int kbeg = piece_first_key(p, gbeg), kend = imin(gend, p.t1 * kBlockN);\n"),
+    ("    long long slot = bulk ? chunk_slot(bt_row, n0, gbeg, gend) : -2;\n",
+     "    long long slot = bulk ? chunk_slot(bt_row, n0, gbeg, gend) : -2;\n"
+     "    if (st && slot != -12345) TS_ONCE(6);  // the first table entry read (the compare waits for it)\n"),
+    ("      bulk_copy(st.raw + k0 * kHeadBytes,",
+     "      if (blockIdx.x == 0 && c == 0 && lane == 0) TS_ONCE(7);\n      bulk_copy(st.raw + k0 * kHeadBytes,"),
+    ("    regs_grow<S::CONSUMER_REGS>();\n",
+     "    regs_grow<S::CONSUMER_REGS>();\n    if (tid == 128 && blockIdx.x == 0) TS(8);\n"),
+    ("    uint32_t words[OPERAND_WORDS];\n    load_operand(words);\n",
+     "    if (blockIdx.x == 0 && ct == 0) TS_ONCE(9);  // the consumer's walk step and row window done\n"
+     "    uint32_t words[OPERAND_WORDS];\n    load_operand(words);\n"),
+    ("    setup_group(p, gbeg, gend, kbeg);\n",
+     "    setup_group(p, gbeg, gend, kbeg);\n    if (blockIdx.x == 0 && ct == 0) TS_ONCE(10);\n"),
+    ("    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n",
+     "    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n    if (blockIdx.x == 0 && ct == 0) TS_ONCE(11);\n"),
+    ("    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n}\n",
+     "    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n  if (ct == 0 && blockIdx.x == 0) TS(12);\n  if (ct == 0) TS_MAX(13);\n}\n"),
+]
 COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"]}
@@ -134,7 +177,8 @@ def main() -> int:
         for v in variants:
             for i in ids:
                 for shape in SHAPES.get(i, []):
-                    lines.append(f'echo -n "{v}: "; timeout 60 ./bin/{v} {i} {shape} 20')
+                    env = "STAMPS=1 " if v == "stamps" else ""
+                    lines.append(f'echo -n "{v}: "; {env}timeout 60 ./bin/{v} {i} {shape} 20')
     (a.out / "run.sh").write_text("\n".join(lines) + "\n")
     print(f"wrote {a.out / 'run.sh'}")
     return 0

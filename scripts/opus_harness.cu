@@ -12,7 +12,9 @@
 //   ./harness INSTANCE_ID ROWS_PER_SEQ SEQS KEYS [ITERS=20] [SPREAD=2]
 //
 // Prints one line: the median and best time, the bytes a second that means, the fast /
-// canonical stage counts (path_stats) and the check's worst error in units of A.
+// canonical stage counts (path_stats) and the check's worst error in units of A. With STAMPS=1
+// and a kernel built with scripts/i8_ablations.py's "stamps" variant, three more launches print
+// the start-up timeline the kernel wrote into path_stats from word 8 on.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -122,8 +124,9 @@ int main(int argc, char** argv) {
   unsigned long long* dstats = nullptr;
   check(cudaMalloc(&dout, size_t(rows) * ctx * 4), "cudaMalloc out");
   check(cudaMemset(dout, 0xFF, size_t(rows) * ctx * 4), "poison out");  // NaN: unwritten cells fail the check
-  check(cudaMalloc(&dstats, 16), "cudaMalloc path_stats");
-  check(cudaMemset(dstats, 0, 16), "cudaMemset path_stats");
+  constexpr int kStatWords = 32;  // 2 path counts, then the stamps variant's words 8..
+  check(cudaMalloc(&dstats, kStatWords * 8), "cudaMalloc path_stats");
+  check(cudaMemset(dstats, 0, kStatWords * 8), "cudaMemset path_stats");
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
 
@@ -217,5 +220,34 @@ int main(int argc, char** argv) {
               "%d cells checked, worst %.2e A, %d past 1e-5 A\n",
               inst->name, M, B, ctx, med, us[0], double(B) * ctx * (D + S) / (med * 1e3), stats[0], stats[1], samples,
               worst, bad);
+  if (std::getenv("STAMPS") != nullptr) {
+    // word 8: the first CTA's start (min), 9 the last one's; then CTA 0's milestones
+    static const char* names[] = {"last CTA start", "scan done", "producer ready", "walk step", "row window",
+                                  "table entry", "first copy", "consumer ready", "consumer window",
+                                  "setup done", "first stage", "CTA 0 done", "last CTA done"};
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<unsigned long long> words(kStatWords, 0);
+      words[8] = ~0ull;
+      check(cudaMemcpy(dstats, words.data(), kStatWords * 8, cudaMemcpyHostToDevice), "reset stamps");
+      check(cudaMemsetAsync(flush, rep, flush_bytes), "flush");
+      cudaEventRecord(e0);
+      launch_instance(id, args, 0, nullptr);
+      cudaEventRecord(e1);
+      check(cudaEventSynchronize(e1), "stamped launch");
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      check(cudaMemcpy(words.data(), dstats, kStatWords * 8, cudaMemcpyDeviceToHost), "stamps");
+      if (words[8] == ~0ull) {
+        std::printf("  no stamps: build the kernel tree with i8_ablations.py --variants stamps\n");
+        break;
+      }
+      std::printf("  stamps (us after the first CTA's start; event time %.1f):", ms * 1000.0f);
+      for (int i = 0; i < 13; ++i) {
+        const unsigned long long w = words[9 + i];
+        if (w != 0) std::printf(" %s %.2f%s", names[i], (double(w) - double(words[8])) / 1e3, i < 12 ? "," : "");
+      }
+      std::printf("\n");
+    }
+  }
   return bad ? 3 : 0;
 }
