@@ -3,7 +3,8 @@
 nvcc into scripts/opus_harness.cu binaries, and a script that times them all on the GPU machine
 (no build there, no torch). The numbers are for reading, not shipping: a variant without the
 conversion or the epilogue computes wrong logits (the harness says so), one without the consumers
-("empty") only moves the keys. docs/perf-notes.md has the table this made (2026-12-02).
+("empty") only moves the keys, and "stamps" is the whole kernel writing its start-up timeline
+(STAMPS=1 in the harness prints it). docs/perf-notes.md has the table this made (2026-12-02).
 
     python3 scripts/i8_ablations.py --out .gl/abl            # every variant, ids 20 and 31 at 64 heads
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,empty --ids 20

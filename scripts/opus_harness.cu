@@ -203,8 +203,7 @@ int main(int argc, char** argv) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  std::vector<float> us;
-  for (int i = 0; i < iters + 3; ++i) {
+  auto cold_launch_us = [&](int i) {  // one launch after the flush, event time
     check(cudaMemsetAsync(flush, i, flush_bytes), "flush");
     cudaEventRecord(e0);
     launch_instance(id, args, 0, nullptr);
@@ -212,7 +211,12 @@ int main(int argc, char** argv) {
     check(cudaEventSynchronize(e1), "timed launch");
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
-    if (i >= 3) us.push_back(ms * 1000.0f);
+    return ms * 1000.0f;
+  };
+  std::vector<float> us;
+  for (int i = 0; i < iters + 3; ++i) {
+    const float t = cold_launch_us(i);
+    if (i >= 3) us.push_back(t);
   }
   std::sort(us.begin(), us.end());
   const double med = us[us.size() / 2];
@@ -229,19 +233,13 @@ int main(int argc, char** argv) {
       std::vector<unsigned long long> words(kStatWords, 0);
       words[8] = ~0ull;
       check(cudaMemcpy(dstats, words.data(), kStatWords * 8, cudaMemcpyHostToDevice), "reset stamps");
-      check(cudaMemsetAsync(flush, rep, flush_bytes), "flush");
-      cudaEventRecord(e0);
-      launch_instance(id, args, 0, nullptr);
-      cudaEventRecord(e1);
-      check(cudaEventSynchronize(e1), "stamped launch");
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
+      const float t = cold_launch_us(rep);
       check(cudaMemcpy(words.data(), dstats, kStatWords * 8, cudaMemcpyDeviceToHost), "stamps");
       if (words[8] == ~0ull) {
         std::printf("  no stamps: build the kernel tree with i8_ablations.py --variants stamps\n");
         break;
       }
-      std::printf("  stamps (us after the first CTA's start; event time %.1f):", ms * 1000.0f);
+      std::printf("  stamps (us after the first CTA's start; event time %.1f):", t);
       for (int i = 0; i < 13; ++i) {
         const unsigned long long w = words[9 + i];
         if (w != 0) std::printf(" %s %.2f%s", names[i], (double(w) - double(words[8])) / 1e3, i < 12 ? "," : "");
