@@ -160,7 +160,7 @@ void run(const char* name) {
   cudaFree(sink);
 }
 
-// Split roles with the traffic of a converter design: CONV warpgroups each "convert" a 64-key
+// Split roles with the traffic of a converter design: converter warpgroups each "convert" a 64-key
 // block (ALU permutes a thread) and, with STS, write its INT8 tile (8 KB: 32 bytes a thread of
 // two warpgroups) into a ring of shared-memory tiles; MMA warpgroups run five SS wgmma a block
 // with A read from that ring, then the epilogue. No synchronization between the roles (a timing
