@@ -134,30 +134,37 @@ __global__ void __launch_bounds__(384, 1) blocks_kernel(float* sink, int blocks)
   sink[blockIdx.x * blockDim.x + tid] = t;
 }
 
-template <bool MMA, bool SS, int ALU, bool EPI, int MMA_WG = -1>
-void run(const char* name) {
-  constexpr int kWgs = 3, kBlocks = 20000;
-  auto k = blocks_kernel<MMA, SS, ALU, EPI, MMA_WG>;
-  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+constexpr int kBlocks = 20000;  // 64-key blocks a warpgroup in a timed launch
+
+// One timed launch of `kernel` (after a 16-block warm-up) over every SM, printed as ns a key an SM.
+template <class Kernel, class... Extra>
+void time_launch(const char* name, Kernel kernel, int threads, int smem, double keys_an_sm, Extra... extra) {
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   float* sink = nullptr;
-  cudaMalloc(&sink, size_t(sms) * 128 * kWgs * 4);
+  cudaMalloc(&sink, size_t(sms) * threads * 4);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  k<<<sms, 128 * kWgs, kSmem>>>(sink, 16);  // warm-up
+  kernel<<<sms, threads, smem>>>(sink, 16, extra...);
   cudaEventRecord(e0);
-  k<<<sms, 128 * kWgs, kSmem>>>(sink, kBlocks);
+  kernel<<<sms, threads, smem>>>(sink, kBlocks, extra...);
   cudaEventRecord(e1);
   cudaEventSynchronize(e1);
   float ms = 0;
   cudaEventElapsedTime(&ms, e0, e1);
-  // keys an SM: 64 a block, the blocks of every ALU warpgroup (or of every warpgroup)
-  const double keys = 64.0 * kBlocks * (MMA_WG < 0 ? kWgs : kWgs - 1);
   const cudaError_t err = cudaGetLastError();
-  std::printf("%-52s %6.3f ns a key an SM%s\n", name, ms * 1e6 / keys, err == cudaSuccess ? "" : cudaGetErrorString(err));
+  std::printf("%-52s %6.3f ns a key an SM%s\n", name, ms * 1e6 / keys_an_sm, err == cudaSuccess ? "" : cudaGetErrorString(err));
   cudaFree(sink);
+}
+
+template <bool MMA, bool SS, int ALU, bool EPI, int MMA_WG = -1>
+void run(const char* name) {
+  constexpr int kWgs = 3;
+  // keys an SM: 64 a block, the blocks of every ALU warpgroup (or of every warpgroup)
+  time_launch(name, blocks_kernel<MMA, SS, ALU, EPI, MMA_WG>, 128 * kWgs, kSmem,
+              64.0 * kBlocks * (MMA_WG < 0 ? kWgs : kWgs - 1));
 }
 
 // Split roles with the traffic of a converter design: converter warpgroups each "convert" a 64-key
@@ -263,32 +270,13 @@ __global__ void __launch_bounds__(512, 1) split_kernel(float* sink, int blocks, 
 
 template <int MMA_WGS, int ALU, bool STS, bool MMA = true, bool RAW = false>
 void run_split(const char* name, int wgs) {
-  constexpr int kBlocks = 20000;
-  auto k = split_kernel<MMA_WGS, ALU, STS, MMA, RAW>;
-  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSplitSmem);
-  static uint8_t* src = nullptr;
+  static uint8_t* src = nullptr;  // the raw keys' source, made once
   if (src == nullptr) {
     cudaMalloc(&src, kRawChunks * kRawBytes);
     cudaMemset(src, 1, kRawChunks * kRawBytes);
   }
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  float* sink = nullptr;
-  cudaMalloc(&sink, size_t(sms) * 512 * 4);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  k<<<sms, 128 * wgs, kSplitSmem>>>(sink, 16, src);
-  cudaEventRecord(e0);
-  k<<<sms, 128 * wgs, kSplitSmem>>>(sink, kBlocks, src);
-  cudaEventRecord(e1);
-  cudaEventSynchronize(e1);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  const double keys = 64.0 * kBlocks * (wgs - MMA_WGS);
-  const cudaError_t err = cudaGetLastError();
-  std::printf("%-52s %6.3f ns a key an SM%s\n", name, ms * 1e6 / keys, err == cudaSuccess ? "" : cudaGetErrorString(err));
-  cudaFree(sink);
+  time_launch(name, split_kernel<MMA_WGS, ALU, STS, MMA, RAW>, 128 * wgs, kSplitSmem,
+              64.0 * kBlocks * (wgs - MMA_WGS), static_cast<const uint8_t*>(src));
 }
 
 }  // namespace
