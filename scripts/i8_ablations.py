@@ -28,8 +28,21 @@ CSRC = ROOT / "mqa_logits_mxfp4" / "backends" / "opus" / "csrc"
 HARNESS = ROOT / "scripts" / "opus_harness.cu"
 NVCC = ["nvcc", "-std=c++17", "-O3", "--fmad=false", "-gencode=arch=compute_90a,code=sm_90a"]
 
-# (text in kernel_sm90_i8.cuh, what replaces it)
+# (text in kernel_sm90_i8.cuh, what replaces it), or (another file of the tree, text, replacement)
+_KEY_WORD = ("  lo = prmt(t.pos_lo, t.pos_hi, x) | prmt(t.neg_lo, t.neg_hi, xn);\n"
+             "  hi = prmt(t.pos_lo, t.pos_hi, x >> 16) | prmt(t.neg_lo, t.neg_hi, xn >> 16);\n")
 EDITS = {
+    # the biased key word's two joins as adds (the bytes are disjoint): ptxas makes them IMAD.IADD,
+    # on the FMA pipe, where the ORs were LOP3 on the ALU pipe
+    "addjoin": [("i8_encode.h", _KEY_WORD,
+                 "  lo = prmt(t.pos_lo, t.pos_hi, x) + prmt(t.neg_lo, t.neg_hi, xn);\n"
+                 "  hi = prmt(t.pos_lo, t.pos_hi, x >> 16) + prmt(t.neg_lo, t.neg_hi, xn >> 16);\n")],
+    # and the two shifts as the high word of a multiply (IMAD.HI, FMA pipe): 5 of 9 ALU left
+    "mulhi": [("i8_encode.h", _KEY_WORD,
+               "#if defined(__CUDA_ARCH__)\n  const uint32_t xh = __umulhi(x, 0x10000u), xnh = __umulhi(xn, 0x10000u);\n#else\n"
+               "  const uint32_t xh = x >> 16, xnh = xn >> 16;\n#endif\n"
+               "  lo = prmt(t.pos_lo, t.pos_hi, x) + prmt(t.neg_lo, t.neg_hi, xn);\n"
+               "  hi = prmt(t.pos_lo, t.pos_hi, xh) + prmt(t.neg_lo, t.neg_hi, xnh);\n")],
     # the consumers only wait for each stage and release it: what the producer and memory alone cost
     "empty": [("    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n",
                "    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n"
@@ -134,14 +147,14 @@ def make_tree(out: Path, variant: str, ids: list[int]) -> Path:
     shutil.copytree(CSRC, tree)
     reg = tree / "registry.h"
     reg.write_text(trimmed_registry(reg.read_text(), ids))
-    kernel = tree / "kernel_sm90_i8.cuh"
-    src = kernel.read_text()
     for name in COMBOS.get(variant, [variant] if variant in EDITS else []):
-        for old, new in EDITS[name]:
+        for edit in EDITS[name]:
+            fname, old, new = edit if len(edit) == 3 else ("kernel_sm90_i8.cuh", *edit)
+            path = tree / fname
+            src = path.read_text()
             if src.count(old) != 1:
-                sys.exit(f"{variant}: the edit '{name}' no longer matches kernel_sm90_i8.cuh exactly once")
-            src = src.replace(old, new)
-    kernel.write_text(src)
+                sys.exit(f"{variant}: the edit '{name}' no longer matches {fname} exactly once")
+            path.write_text(src.replace(old, new))
     return tree
 
 

@@ -279,6 +279,116 @@ void run_split(const char* name, int wgs) {
               64.0 * kBlocks * (wgs - MMA_WGS), static_cast<const uint8_t*>(src));
 }
 
+
+// Interference by instruction kind: warpgroup 0 issues only SS wgmma (five chained a block, the
+// previous block waited for), warpgroups 1 and 2 only run eight independent chains of one kind of
+// instruction, no data shared. Each role times itself (clock64, the slowest thread of the role on
+// each SM, summed over SMs); a role alone is the same launch with the other role's loop empty. If
+// the two kinds of work shared nothing, each would keep its time alone.
+enum FillKind { kPrmt3, kPrmtTable, kRotate, kFfma3, kFmulImm, kImadImm };
+template <int KIND>
+__device__ __forceinline__ void fill_step(uint32_t (&x)[8], uint32_t t0, uint32_t t1) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    if constexpr (KIND == kPrmt3)  // three registers read, none reused
+      x[i] = permute(x[i], x[(i + 1) & 7], x[(i + 3) & 7]);
+    else if constexpr (KIND == kPrmtTable)  // the conversion's form: two table registers, one selector
+      x[i] = permute(t0, t1, x[i]);
+    else if constexpr (KIND == kRotate)  // one register read (a rotate: ptxas folds chains of xor / add immediates)
+      asm volatile("shf.l.wrap.b32 %0, %0, %0, 13;" : "+r"(x[i]));
+    else if constexpr (KIND == kFfma3)  // three registers read, FMA pipe
+      asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(reinterpret_cast<float&>(x[i])) : "f"(__uint_as_float(x[(i + 1) & 7])), "f"(__uint_as_float(x[(i + 3) & 7])));
+    else if constexpr (KIND == kFmulImm)  // one register read, FMA pipe
+      asm volatile("mul.rn.f32 %0, %0, 0f3F800001;" : "+f"(reinterpret_cast<float&>(x[i])));
+    else  // integer multiply-add, one register and an immediate (FMA pipe's heavy half)
+      asm volatile("mad.lo.u32 %0, %0, 3, %1;" : "+r"(x[i]) : "r"(t0));
+  }
+}
+
+template <int KIND, bool MMA, bool FILL>
+__global__ void __launch_bounds__(384, 1) interfere_kernel(float* sink, int blocks, int fill_steps, unsigned long long* cyc) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, wg = tid / 128;
+  for (int i = tid; i < kSmem / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = i * 2654435761u;
+  __syncthreads();
+  fence_async_smem();
+  const uint32_t base = smem_addr(smem);
+  float t = 0.0f;
+  const long long c0 = clock64();
+  if (wg == 0) {
+    if constexpr (MMA) {
+      int32_t acc[2][32] = {};
+      const uint32_t a[4] = {1u, 2u, 3u, 4u};
+      auto block = [&](auto cur_c, bool first) {
+        constexpr int cur = decltype(cur_c)::value;
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < 5; ++j)
+          wgmma64<true>(acc[cur], a, smem_desc_at(base + j * 512, 128, 256), smem_desc_at(base + 32768 + j * 2048, 128, 256));
+        wgmma_commit();
+        if (first) return;
+        wgmma_wait<1>();
+        for (int i = 0; i < 32; ++i) pin(acc[cur ^ 1][i]);
+      };
+      for (int b = 0; b < blocks; b += 4) {
+        block(std::integral_constant<int, 0>{}, true);
+        block(std::integral_constant<int, 1>{}, false);
+        block(std::integral_constant<int, 0>{}, false);
+        block(std::integral_constant<int, 1>{}, false);
+        wgmma_wait<0>();
+        for (int i = 0; i < 32; ++i) pin(acc[1][i]);
+      }
+      for (int i = 0; i < 32; ++i) t += float(acc[0][i] + acc[1][i]);
+    }
+  } else if constexpr (FILL) {
+    uint32_t x[8];
+    for (int i = 0; i < 8; ++i) x[i] = tid * (i + 1) | 0x3F000000u;
+    const uint32_t t0 = 0x03020100u + tid, t1 = 0x07060504u ^ tid;
+    for (int k = 0; k < fill_steps; ++k) fill_step<KIND>(x, t0, t1);
+    for (int i = 0; i < 8; ++i) t += float(x[i]);
+  }
+  const unsigned long long dt = (unsigned long long)(clock64() - c0);
+  // the slowest thread of each role on this SM, then summed over SMs by the host
+  __shared__ unsigned long long role[2];
+  if (tid < 2) role[tid] = 0;
+  __syncthreads();
+  atomicMax(&role[wg == 0 ? 0 : 1], dt);
+  __syncthreads();
+  if (tid < 2) atomicAdd(&cyc[tid], role[tid]);
+  sink[blockIdx.x * blockDim.x + tid] = t;
+}
+
+template <int KIND>
+void run_interfere(const char* kind, int fill_steps) {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  float* sink = nullptr;
+  unsigned long long* cyc = nullptr;
+  cudaMalloc(&sink, size_t(sms) * 384 * 4);
+  cudaMalloc(&cyc, 16);
+  double per[3][2] = {};  // alone (wgmma), alone (fill), both: each role's cycles an SM
+  auto one = [&](auto kernel, int slot) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    kernel<<<sms, 384, kSmem>>>(sink, 16, 16, cyc);  // warm-up
+    cudaMemset(cyc, 0, 16);
+    kernel<<<sms, 384, kSmem>>>(sink, kBlocks, fill_steps, cyc);
+    unsigned long long h[2];
+    cudaMemcpy(h, cyc, 16, cudaMemcpyDeviceToHost);
+    per[slot][0] = double(h[0]) / sms;
+    per[slot][1] = double(h[1]) / sms;
+  };
+  one(interfere_kernel<KIND, true, false>, 0);
+  one(interfere_kernel<KIND, false, true>, 1);
+  one(interfere_kernel<KIND, true, true>, 2);
+  // a fill instruction a warp: fill_steps x 8 of them; per SMSP two fill warps
+  const double fill_instr = 2.0 * fill_steps * 8;
+  std::printf("%-14s wgmma %8.0f -> %8.0f cyc (+%5.1f%%)  fill %8.0f -> %8.0f cyc (+%5.1f%%)  "
+              "fill %.2f cyc a warp instruction alone; wgmma's loss %.2f cyc a fill instruction\n",
+              kind, per[0][0], per[2][0], 100.0 * (per[2][0] / per[0][0] - 1.0), per[1][1], per[2][1],
+              100.0 * (per[2][1] / per[1][1] - 1.0), per[1][1] / fill_instr, (per[2][0] - per[0][0]) / fill_instr);
+  cudaFree(sink);
+  cudaFree(cyc);
+}
 }  // namespace
 
 int main() {
@@ -311,5 +421,15 @@ int main() {
   run_split<2, 80, true, false, true>("2 converters alone (80 ALU + STS + RAW)", 4);
   run_split<2, 80, true, true, true>("2 wgmma+epilogue WGs, 2 converters (80 ALU + STS + RAW)", 4);
   run_split<2, 0, false, false, true>("2 converters moving raw keys only (RAW)", 4);
+  std::printf("interference by kind: one wgmma-only warpgroup (SS, 5 a block), two warpgroups of one\n"
+              "instruction kind, nothing shared; each role's cycles an SM alone -> together\n");
+  // fill sized to last about as long as the wgmma stream alone (3.2M cycles): ALU kinds 2 cycles
+  // a warp instruction, FP32 kinds 1
+  run_interfere<kPrmt3>("prmt (3 regs)", 100000);
+  run_interfere<kPrmtTable>("prmt (table)", 100000);
+  run_interfere<kRotate>("rotate (1 reg)", 100000);
+  run_interfere<kImadImm>("imad imm", 100000);
+  run_interfere<kFfma3>("ffma (3 regs)", 200000);
+  run_interfere<kFmulImm>("fmul imm", 200000);
   return 0;
 }
