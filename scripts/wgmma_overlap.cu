@@ -58,12 +58,22 @@ __device__ __forceinline__ float cell(int32_t i, float w, float acc) {
                : "f"(__int_as_float(i)), "f"(w), "f"(acc));
   return y;
 }
+// the same cell's count of instructions on the integer side of the FMA pipe (IMAD, no FP32):
+// two multiply-adds, the values garbage (a timing model of an epilogue without float work)
+__device__ __forceinline__ float icell(int32_t i, float w, float acc) {
+  uint32_t y;
+  asm volatile("{\n.reg .u32 t;\nmad.lo.u32 t, %1, %2, 7;\nmad.lo.u32 %0, t, %2, %3;\n}"
+               : "=r"(y)
+               : "r"(uint32_t(i)), "r"(__float_as_uint(w)), "r"(__float_as_uint(acc)));
+  return __uint_as_float(y);
+}
 
 constexpr int kSmem = 64 * 1024;
 
 // MMA_WG < 0: every warpgroup issues wgmma, permutes and epilogue; else warpgroup MMA_WG issues
-// the wgmma (and the epilogue) for all, the others only permute. MMA / EPI off: that part left out.
-template <bool MMA, bool SS, int ALU, bool EPI, int MMA_WG>
+// the wgmma (and the epilogue) for all, the others only permute. MMA / EPI off: that part left out;
+// EPI 2: the epilogue's instructions as IMAD (icell) instead of FP32 (cell).
+template <bool MMA, bool SS, int ALU, int EPI, int MMA_WG>
 __global__ void __launch_bounds__(384, 1) blocks_kernel(float* sink, int blocks) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, wg = tid / 128, wgs = blockDim.x / 128;
@@ -113,8 +123,8 @@ __global__ void __launch_bounds__(384, 1) blocks_kernel(float* sink, int blocks)
     if constexpr (EPI) {
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
-        s0 = cell(acc[cur ^ 1][i], w, s0);
-        s1 = cell(acc[cur ^ 1][i + 1], w, s1);
+        s0 = EPI == 2 ? icell(acc[cur ^ 1][i], w, s0) : cell(acc[cur ^ 1][i], w, s0);
+        s1 = EPI == 2 ? icell(acc[cur ^ 1][i + 1], w, s1) : cell(acc[cur ^ 1][i + 1], w, s1);
       }
     }
   };
@@ -159,7 +169,7 @@ void time_launch(const char* name, Kernel kernel, int threads, int smem, double 
   cudaFree(sink);
 }
 
-template <bool MMA, bool SS, int ALU, bool EPI, int MMA_WG = -1>
+template <bool MMA, bool SS, int ALU, int EPI, int MMA_WG = -1>
 void run(const char* name) {
   constexpr int kWgs = 3;
   // keys an SM: 64 a block, the blocks of every ALU warpgroup (or of every warpgroup)
@@ -285,7 +295,7 @@ void run_split(const char* name, int wgs) {
 // instruction, no data shared. Each role times itself (clock64, the slowest thread of the role on
 // each SM, summed over SMs); a role alone is the same launch with the other role's loop empty. If
 // the two kinds of work shared nothing, each would keep its time alone.
-enum FillKind { kPrmt3, kPrmtTable, kRotate, kFfma3, kFmulImm, kImadImm };
+enum FillKind { kPrmt3, kPrmtTable, kRotate, kFfma3, kFmulImm, kImadImm, kI2f, kFmnmx, kHfma2, kImnmx };
 template <int KIND>
 __device__ __forceinline__ void fill_step(uint32_t (&x)[8], uint32_t t0, uint32_t t1) {
 #pragma unroll
@@ -300,8 +310,16 @@ __device__ __forceinline__ void fill_step(uint32_t (&x)[8], uint32_t t0, uint32_
       asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(reinterpret_cast<float&>(x[i])) : "f"(__uint_as_float(x[(i + 1) & 7])), "f"(__uint_as_float(x[(i + 3) & 7])));
     else if constexpr (KIND == kFmulImm)  // one register read, FMA pipe
       asm volatile("mul.rn.f32 %0, %0, 0f3F800001;" : "+f"(reinterpret_cast<float&>(x[i])));
-    else  // integer multiply-add, one register and an immediate (FMA pipe's heavy half)
+    else if constexpr (KIND == kImadImm)  // integer multiply-add, one register and an immediate (FMA pipe's heavy half)
       asm volatile("mad.lo.u32 %0, %0, 3, %1;" : "+r"(x[i]) : "r"(t0));
+    else if constexpr (KIND == kI2f)  // int -> float (the chain goes on through the bits)
+      asm volatile("cvt.rn.f32.s32 %0, %0;" : "+r"(x[i]));
+    else if constexpr (KIND == kFmnmx)  // float max with a register
+      asm volatile("max.f32 %0, %0, %1;" : "+f"(reinterpret_cast<float&>(x[i])) : "f"(__uint_as_float(x[(i + 1) & 7])));
+    else if constexpr (KIND == kHfma2)  // packed half FMA
+      asm volatile("fma.rn.f16x2 %0, %0, %1, %2;" : "+r"(x[i]) : "r"(x[(i + 1) & 7]), "r"(x[(i + 3) & 7]));
+    else  // integer max with a register
+      asm volatile("max.s32 %0, %0, %1;" : "+r"(x[i]) : "r"(x[(i + 1) & 7]));
   }
 }
 
@@ -401,6 +419,13 @@ int main() {
   run<true, false, 80, true>("wgmma (RS) + 80 permutes + epilogue");
   run<true, true, 80, true>("wgmma (SS) + 80 permutes + epilogue");
   run<true, false, 160, true>("wgmma (RS) + 160 permutes + epilogue");
+  // the epilogue's FP32 instructions collide with the tensor core (the interference section
+  // below), IMAD do not: the same layouts with an IMAD epilogue of the same instruction count
+  run<false, false, 80, 2>("80 permutes + IMAD epilogue, no wgmma");
+  run<true, false, 0, 2>("wgmma (RS) + IMAD epilogue");
+  run<true, false, 80, 2>("wgmma (RS) + 80 permutes + IMAD epilogue");
+  run<true, true, 80, 2>("wgmma (SS) + 80 permutes + IMAD epilogue");
+  run<true, false, 40, 2>("wgmma (RS) + 40 permutes + IMAD epilogue");
   std::printf("one warpgroup issues every wgmma (SS) and the epilogue, two only permute\n");
   run<true, true, 0, true, 0>("wgmma warpgroup alone (+ epilogue)");
   run<false, true, 80, false, 0>("permute warpgroups alone (80 a block)");
@@ -431,5 +456,9 @@ int main() {
   run_interfere<kImadImm>("imad imm", 100000);
   run_interfere<kFfma3>("ffma (3 regs)", 200000);
   run_interfere<kFmulImm>("fmul imm", 200000);
+  run_interfere<kI2f>("i2f", 100000);
+  run_interfere<kFmnmx>("fmnmx", 100000);
+  run_interfere<kHfma2>("hfma2", 200000);
+  run_interfere<kImnmx>("imnmx", 100000);
   return 0;
 }
