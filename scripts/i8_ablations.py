@@ -29,34 +29,7 @@ HARNESS = ROOT / "scripts" / "opus_harness.cu"
 NVCC = ["nvcc", "-std=c++17", "-O3", "--fmad=false", "-gencode=arch=compute_90a,code=sm_90a"]
 
 # (text in kernel_sm90_i8.cuh, what replaces it), or (another file of the tree, text, replacement)
-_KEY_WORD = ("  lo = prmt(t.pos_lo, t.pos_hi, x) | prmt(t.neg_lo, t.neg_hi, xn);\n"
-             "  hi = prmt(t.pos_lo, t.pos_hi, x >> 16) | prmt(t.neg_lo, t.neg_hi, xn >> 16);\n")
 EDITS = {
-    # the biased key word's two joins as adds (the bytes are disjoint): ptxas makes them IMAD.IADD,
-    # on the FMA pipe, where the ORs were LOP3 on the ALU pipe
-    "addjoin": [("i8_encode.h", _KEY_WORD,
-                 "  lo = prmt(t.pos_lo, t.pos_hi, x) + prmt(t.neg_lo, t.neg_hi, xn);\n"
-                 "  hi = prmt(t.pos_lo, t.pos_hi, x >> 16) + prmt(t.neg_lo, t.neg_hi, xn >> 16);\n")],
-    # and the two shifts as the high word of a multiply (IMAD.HI, FMA pipe): 5 of 9 ALU left
-    "mulhi": [("i8_encode.h", _KEY_WORD,
-               "#if defined(__CUDA_ARCH__)\n  const uint32_t xh = __umulhi(x, 0x10000u), xnh = __umulhi(xn, 0x10000u);\n#else\n"
-               "  const uint32_t xh = x >> 16, xnh = xn >> 16;\n#endif\n"
-               "  lo = prmt(t.pos_lo, t.pos_hi, x) + prmt(t.neg_lo, t.neg_hi, xn);\n"
-               "  hi = prmt(t.pos_lo, t.pos_hi, xh) + prmt(t.neg_lo, t.neg_hi, xnh);\n")],
-    # addjoin, and the complements as integer multiply-adds by a -1 ptxas cannot see (x * m + m
-    # = ~x for m = -1; IMAD, FMA pipe) of x and of x >> 16: 5 ALU + 4 IMAD a word, was 7 + 2
-    "imadnot": [("i8_encode.h", _KEY_WORD,
-                 "  lo = prmt(t.pos_lo, t.pos_hi, x) + prmt(t.neg_lo, t.neg_hi, xn);\n"
-                 "  hi = prmt(t.pos_lo, t.pos_hi, x >> 16) + prmt(t.neg_lo, t.neg_hi, xn >> 16);\n"
-                 "}\nOPUS_HD void i8_key_word_m(uint32_t x, const I8Table& t, uint32_t m, uint32_t& lo, uint32_t& hi) {\n"
-                 "  const uint32_t xn = x * m + m, xh = x >> 16, xnh = xh * m + m;\n"
-                 "  lo = prmt(t.pos_lo, t.pos_hi, x) + prmt(t.neg_lo, t.neg_hi, xn);\n"
-                 "  hi = prmt(t.pos_lo, t.pos_hi, xh) + prmt(t.neg_lo, t.neg_hi, xnh);\n"),
-                ("      i8_key_word(w0[j], t0, a[j][0], a[j][2]);\n      i8_key_word(w1[j], t1, a[j][1], a[j][3]);\n",
-                 "      i8_key_word_m(w0[j], t0, m1, a[j][0], a[j][2]);\n      i8_key_word_m(w1[j], t1, m1, a[j][1], a[j][3]);\n"),
-                ("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
-                 "    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n"
-                 "    const uint32_t m1 = uint32_t(args.num_seqs >> 31) - 1u;  // -1 (num_seqs >= 0), unknown to ptxas\n")],
     # the epilogue's float work as integer multiply-adds on the same bits (wrong logits; what the
     # FP32 instructions' collisions with the tensor core cost): one IMAD a cell, or two
     "iepi1": [("        for (int e = 0; e < 2; ++e) part[lr][kk][e] = fmaf(relu_scaled(ac[4 * i + 2 * kk + e]), wv[e], part[lr][kk][e]);\n",
@@ -68,7 +41,7 @@ EDITS = {
                "    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n"
                "    mbar_arrive(&sm.empty[c][ring.slot]);\n    return;\n")],
     # the fast conversion down to one permute a register (9 instructions a word -> 2)
-    "noconv": [("      i8_key_word(w0[j], t0, a[j][0], a[j][2]);\n      i8_key_word(w1[j], t1, a[j][1], a[j][3]);\n",
+    "noconv": [("      i8_key_word(w0[j], t0, ones, a[j][0], a[j][2]);\n      i8_key_word(w1[j], t1, ones, a[j][1], a[j][3]);\n",
                 "      a[j][0] = prmt(t0.pos_lo, t0.pos_hi, w0[j]);\n      a[j][2] = prmt(t0.neg_lo, t0.neg_hi, w0[j]);\n"
                 "      a[j][1] = prmt(t1.pos_lo, t1.pos_hi, w1[j]);\n      a[j][3] = prmt(t1.neg_lo, t1.neg_hi, w1[j]);\n")],
     # the epilogue down to one relu a key (no head sum). ptxas (CUDA 13) builds the r1 kernel of
@@ -133,7 +106,7 @@ EDITS["stamps"] = [
     ("    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n}\n",
      "    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n  if (ct == 0 && blockIdx.x == 0) TS(12);\n  if (ct == 0) TS_MAX(13);\n}\n"),
 ]
-COMBOS = {"imadnot+iepi1": ["imadnot", "iepi1"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"]}
+COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"]}
 

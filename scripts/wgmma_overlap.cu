@@ -177,6 +177,71 @@ void run(const char* name) {
               64.0 * kBlocks * (MMA_WG < 0 ? kWgs : kWgs - 1));
 }
 
+
+// Ping-pong (the tensor core handed from warpgroup to warpgroup, as FlashAttention-3 orders its
+// GEMMs): each of WGS warpgroups, per block, permutes (its next operand), waits for its turn at a
+// named barrier, issues its five wgmma, hands the turn to the next warpgroup, then waits for its
+// previous block's group and runs that block's epilogue. The turn makes one warpgroup's wgmma run
+// while the others do CUDA-core work, where free-running warpgroups may all queue wgmma at once.
+__device__ __forceinline__ void bar_arrive_n(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+template <int WGS, int ALU, int EPI, bool TURNS>
+__global__ void __launch_bounds__(128 * WGS, 1) pingpong_kernel(float* sink, int blocks) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, wg = tid / 128;
+  for (int i = tid; i < kSmem / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = i * 2654435761u;
+  __syncthreads();
+  fence_async_smem();
+  const uint32_t base = smem_addr(smem);
+  uint32_t x[8];
+  for (int i = 0; i < 8; ++i) x[i] = tid * (i + 1);
+  int32_t acc[2][32] = {};
+  uint32_t a[4] = {1u, 2u, 3u, 4u};
+  float w = 0.5f + tid, s0 = 0.0f, s1 = 0.0f;
+  auto block = [&](auto cur_c, int b, bool first) {
+    constexpr int cur = decltype(cur_c)::value;
+#pragma unroll
+    for (int k = 0; k < ALU / 8; ++k)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = permute(x[i], x[(i + 1) & 7], x[(i + 3) & 7]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = x[i] ^ x[i + 4];  // the operand the permutes made (every chain feeds it, as a conversion's words)
+    if (TURNS && !(wg == 0 && b == 0)) bar_sync(1 + wg, 256);
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < 5; ++j)
+      wgmma64<false>(acc[cur], a, 0, smem_desc_at(base + 32768 + j * 2048, 128, 256));
+    wgmma_commit();
+    if (TURNS && !(wg == WGS - 1 && b == blocks - 1)) bar_arrive_n(1 + (wg + 1) % WGS, 256);
+    if (first) return;
+    wgmma_wait<1>();
+    for (int i = 0; i < 32; ++i) pin(acc[cur ^ 1][i]);
+#pragma unroll
+    for (int i = 0; i < 32; i += 2) {
+      s0 = EPI == 2 ? icell(acc[cur ^ 1][i], w, s0) : cell(acc[cur ^ 1][i], w, s0);
+      s1 = EPI == 2 ? icell(acc[cur ^ 1][i + 1], w, s1) : cell(acc[cur ^ 1][i + 1], w, s1);
+    }
+  };
+  for (int b = 0; b < blocks; b += 4) {  // four blocks, then drained (a wgmma in flight across the loop serializes them all)
+    block(std::integral_constant<int, 0>{}, b, true);
+    block(std::integral_constant<int, 1>{}, b + 1, false);
+    block(std::integral_constant<int, 0>{}, b + 2, false);
+    block(std::integral_constant<int, 1>{}, b + 3, false);
+    wgmma_wait<0>();
+    for (int i = 0; i < 32; ++i) pin(acc[1][i]);
+  }
+  float t = s0 + s1;
+  for (int i = 0; i < 8; ++i) t += float(x[i]);
+  for (int i = 0; i < 32; ++i) t += float(acc[0][i] + acc[1][i]);
+  sink[blockIdx.x * blockDim.x + tid] = t;
+}
+
+template <int WGS, int ALU, int EPI, bool TURNS>
+void run_pingpong(const char* name) {
+  time_launch(name, pingpong_kernel<WGS, ALU, EPI, TURNS>, 128 * WGS, kSmem, 64.0 * kBlocks * WGS);
+}
+
 // Split roles with the traffic of a converter design: converter warpgroups each "convert" a 64-key
 // block (ALU permutes a thread) and, with STS, write its INT8 tile (8 KB: 32 bytes a thread of
 // two warpgroups) into a ring of shared-memory tiles; MMA warpgroups run five SS wgmma a block
@@ -426,6 +491,16 @@ int main() {
   run<true, false, 80, 2>("wgmma (RS) + 80 permutes + IMAD epilogue");
   run<true, true, 80, 2>("wgmma (SS) + 80 permutes + IMAD epilogue");
   run<true, false, 40, 2>("wgmma (RS) + 40 permutes + IMAD epilogue");
+  std::printf("ping-pong: the permutes feed the operand, each warpgroup waits for its turn to issue (FA3-style)\n");
+  run_pingpong<3, 80, 1, false>("3 WGs, free-running (80 permutes, FP32 epilogue)");
+  run_pingpong<3, 80, 1, true>("3 WGs, turns (80 permutes, FP32 epilogue)");
+  run_pingpong<2, 80, 1, false>("2 WGs, free-running (80 permutes, FP32 epilogue)");
+  run_pingpong<2, 80, 1, true>("2 WGs, turns (80 permutes, FP32 epilogue)");
+  run_pingpong<3, 80, 2, false>("3 WGs, free-running (80 permutes, IMAD epilogue)");
+  run_pingpong<3, 80, 2, true>("3 WGs, turns (80 permutes, IMAD epilogue)");
+  run_pingpong<2, 80, 2, true>("2 WGs, turns (80 permutes, IMAD epilogue)");
+  run_pingpong<3, 0, 1, false>("3 WGs, free-running, no permutes");
+  run_pingpong<3, 0, 1, true>("3 WGs, turns, no permutes");
   std::printf("one warpgroup issues every wgmma (SS) and the epilogue, two only permute\n");
   run<true, true, 0, true, 0>("wgmma warpgroup alone (+ epilogue)");
   run<false, true, 80, false, 0>("permute warpgroups alone (80 a block)");

@@ -126,7 +126,7 @@ static int cmd_i8(bool key) {
           const uint32_t x = (rng() & ~(0xFu << (4 * pos))) | (c << (4 * pos));
           uint32_t lo, hi;
           if (key)
-            i8_key_word(x, t, lo, hi);
+            i8_key_word(x, t, ~0u, lo, hi);
           else
             i8_word(x, t, lo, hi);
           for (int e = 0; e < 8; ++e) {

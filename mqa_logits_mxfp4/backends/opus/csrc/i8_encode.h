@@ -14,8 +14,9 @@
 // kI8KeyBias + x, always below 128, so a permute whose selector nibble has its sign bit set
 // yields 0 (the byte's sign replicated). One permute on the code gives the byte of every
 // non-negative code and 0 for the rest, one on the code's complement (a table in reverse
-// order) the byte of every negative code and 0 for the rest, and an OR joins them: two
-// permutes and an OR per four elements instead of three permutes and the selector's masks.
+// order) the byte of every negative code and 0 for the rest, and an add joins them (the bytes
+// are disjoint): two permutes and an add per four elements instead of three permutes and the
+// selector's masks.
 #pragma once
 
 #include <stdint.h>
@@ -88,11 +89,18 @@ OPUS_HD constexpr I8Table i8_key_table(int d) {
   return I8Table{i8_key_pack(0, d, false), i8_key_pack(4, d, false), i8_key_pack(0, d, true), i8_key_pack(4, d, true)};
 }
 
-// 8 codes -> 8 biased key bytes kI8KeyBias + 2 * value * 2^d, laid out as i8_word's.
-OPUS_HD void i8_key_word(uint32_t x, const I8Table& t, uint32_t& lo, uint32_t& hi) {
-  const uint32_t xn = ~x;  // a negative code's magnitude bits complemented, its sign bit clear
-  lo = prmt(t.pos_lo, t.pos_hi, x) | prmt(t.neg_lo, t.neg_hi, xn);
-  hi = prmt(t.pos_lo, t.pos_hi, x >> 16) | prmt(t.neg_lo, t.neg_hi, xn >> 16);
+// 8 codes -> 8 biased key bytes kI8KeyBias + 2 * value * 2^d, laid out as i8_word's. On sm_90
+// the permutes run on the ALU pipe, which this conversion saturates, so the other instructions
+// go to the FMA pipe as integer multiply-adds: the complements as x * ones + ones (= ~x for ones
+// = ~0u, which the caller passes from memory: a constant ptxas could see would fold it back into
+// a LOP3) and the joins as adds (the two lookups' bytes are disjoint). 5 ALU + 4 IMAD a word,
+// where ~x, shifts and ORs were 9 ALU (docs/perf-notes.md, 2026-12-02, second session).
+OPUS_HD void i8_key_word(uint32_t x, const I8Table& t, uint32_t ones, uint32_t& lo, uint32_t& hi) {
+  const uint32_t xh = x >> 16;
+  // a negative code's magnitude bits complemented, its sign bit clear (only the low 16 bits select)
+  const uint32_t xn = x * ones + ones, xnh = xh * ones + ones;
+  lo = prmt(t.pos_lo, t.pos_hi, x) + prmt(t.neg_lo, t.neg_hi, xn);
+  hi = prmt(t.pos_lo, t.pos_hi, xh) + prmt(t.neg_lo, t.neg_hi, xnh);
 }
 
 // The bias's correction. A fast-path dot product over biased key bytes counts kI8KeyBias times
@@ -101,17 +109,22 @@ OPUS_HD void i8_key_word(uint32_t x, const I8Table& t, uint32_t& lo, uint32_t& h
 // bytes b_p (slot p, word p / 4, byte p % 4) satisfy sum_p a_p * b_p = -kI8KeyBias * qsum. For
 // |qsum| <= 128 * 96: |b_0| <= 127, and the other slots carry at most 3084 < 31 * 127.
 OPUS_HD constexpr uint32_t i8_bias_key(int slot) { return slot == 0 ? 1u : 255u; }
+// Slot 0 takes want - 255 q; slots 1, 2, ... take q's magnitude 127 at a time (slot p:
+// min(max(|q| - 127 (p - 1), 0), 127), with q's sign): each slot from q alone, no chain through
+// the slots (the group setup runs this once a column, its latency on the way to the first stage).
 OPUS_HD void i8_bias_slice(int qsum, uint32_t (&w)[8]) {
   const int want = -int(kI8KeyBias) * qsum;
   const int q = want >= 0 ? (want + 127) / 255 : -((127 - want) / 255);  // nearest: |want - 255 q| <= 127
-  int rest = q;
+  const int aq = q < 0 ? -q : q;
   for (int i = 0; i < 8; ++i) {
     w[i] = 0u;
     for (int b = 0; b < 4; ++b) {
+      const int p = 4 * i + b;
       int v = want - 255 * q;
-      if (i > 0 || b > 0) {
-        v = rest < -127 ? -127 : rest > 127 ? 127 : rest;
-        rest -= v;
+      if (p > 0) {
+        const int m = aq - 127 * (p - 1);
+        v = m < 0 ? 0 : m > 127 ? 127 : m;
+        if (q < 0) v = -v;
       }
       w[i] |= (uint32_t(v) & 0xFFu) << (8 * b);
     }

@@ -70,6 +70,9 @@ constexpr uint32_t kI8SmemBase = 0x400;
 // Scale words for keys nothing may be read for: a dead key (past the group's rows: finite,
 // never stored) and a key whose table entry lies outside the cache (NaN cells).
 __device__ uint32_t kI8SpecialScales[2] = {0x7F7F7F7Fu, 0xFFFFFFFFu};  // global memory: cp.async reads it
+// All ones, read from global memory once a consumer thread: i8_key_word's multiplier (a constant
+// ptxas could see would turn its multiply-adds back into ALU instructions).
+__device__ uint32_t kI8Ones = 0xFFFFFFFFu;
 
 template <int R, int H, int CONS>
 struct I8Shape {
@@ -316,6 +319,7 @@ struct I8Consumer {
   int ct;        // thread among all consumers
   int warp, lane, g, t;
   bool count_paths = false;  // path_stats given and this is its warpgroup's first thread
+  uint32_t ones = 0u;        // kI8Ones (i8_key_word's multiplier)
   RingPos<S::STAGES> ring;
   int r0 = 0, r1 = 0;
   int kend = 0;  // the piece's key end (its stores stay below it, and inside their rows' windows)
@@ -544,8 +548,8 @@ struct I8Consumer {
     const uint32_t w0[4] = {raw0.x, raw0.y, raw0.z, raw0.w}, w1[4] = {raw1.x, raw1.y, raw1.z, raw1.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      i8_key_word(w0[j], t0, a[j][0], a[j][2]);
-      i8_key_word(w1[j], t1, a[j][1], a[j][3]);
+      i8_key_word(w0[j], t0, ones, a[j][0], a[j][2]);
+      i8_key_word(w1[j], t1, ones, a[j][1], a[j][3]);
     }
   }
 
@@ -891,6 +895,7 @@ OPUS_DEV void i8_consume(const LaunchArgs& args, I8Smem<R, H, CONS>& sm, PieceWa
   cons.g = lane >> 2;
   cons.t = lane & 3;
   cons.count_paths = args.path_stats != nullptr && ct % 128 == 0;
+  cons.ones = kI8Ones;
   Piece p;
   while (walk.next(args, R, p))
     if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);
