@@ -14,8 +14,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <type_traits>
 
+#include "i8_encode.h"
 #include "sm90_ptx.cuh"
 
 using namespace opus::sm90;
@@ -472,6 +474,180 @@ void run_interfere(const char* kind, int fill_steps) {
   cudaFree(sink);
   cudaFree(cyc);
 }
+
+// The split-role pipeline with the kernel's memory side: one producer warp bulk-copies 256-key
+// stages (64 key bytes + 4 scale bytes a key) from a 285 MB source into a ring of four; two
+// converter warpgroups take alternate stages, read the raw keys (LDS), convert them with the
+// kernel's i8_key_word and write the INT8 tile (128 bytes a key) into a ring of three; two MMA
+// warpgroups take the tiles (a stage's four 64-key M blocks: five SS wgmma each against a
+// 64-column query operand, the kernel's relu and FMA a cell). Every role waits on mbarriers as
+// the kernel's do. A timing model: the tile layout is not the wgmma's (the values are garbage).
+// MODE 0: everything; 1: converters only (the MMA warpgroups release each tile untouched); 2:
+// MMA only (the converters release each raw stage and hand on the tile unwritten); 3: the memory
+// side only.
+namespace pipe {
+constexpr int kKeys = 256, kRawBytes = kKeys * 68, kRawSlots = 4, kTileBytes = kKeys * 128, kTileSlots = 3;
+constexpr int kRawOff = 0, kTileOff = kRawSlots * kRawBytes, kQOff = kTileOff + kTileSlots * kTileBytes;
+constexpr int kBarOff = kQOff + 5 * 2048, kSmemBytes = kBarOff + 256;
+constexpr long long kChunks = 16384;  // 285 MB of stages
+}
+__device__ uint32_t kPipeOnes = 0xFFFFFFFFu;
+
+template <int MODE>
+__global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stages, const uint8_t* src) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, wg = tid / 128, lt = tid % 128;
+  uint64_t* raw_full = reinterpret_cast<uint64_t*>(smem + pipe::kBarOff);
+  uint64_t* raw_empty = raw_full + pipe::kRawSlots;
+  uint64_t* tile_full = raw_empty + pipe::kRawSlots;
+  uint64_t* tile_empty = tile_full + pipe::kTileSlots;
+  __shared__ opus::I8Table tables[3];
+  if (tid == 0) {
+    for (int i = 0; i < pipe::kRawSlots; ++i) {
+      mbar_init(&raw_full[i], 1);
+      mbar_init(&raw_empty[i], 128);
+    }
+    for (int i = 0; i < pipe::kTileSlots; ++i) {
+      mbar_init(&tile_full[i], 128);
+      mbar_init(&tile_empty[i], 128);
+    }
+  }
+  if (tid < 3) tables[tid] = opus::i8_key_table(tid);
+  for (int i = tid; i < 5 * 512; i += blockDim.x) reinterpret_cast<uint32_t*>(smem + pipe::kQOff)[i] = i * 2654435761u;
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  __syncthreads();
+  fence_async_smem();
+  const uint32_t base = smem_addr(smem);
+  float t = 0.0f;
+  if (wg == 0) {  // producer: one lane of warp 0
+    if (tid == 0) {
+      for (int s = 0; s < stages; ++s) {
+        const int slot = s % pipe::kRawSlots;
+        mbar_wait(&raw_empty[slot], uint32_t((s / pipe::kRawSlots) & 1) ^ 1u);
+        const long long chunk = ((long long)blockIdx.x * stages + s) % pipe::kChunks;
+        mbar_expect_tx(&raw_full[slot], pipe::kRawBytes);
+        bulk_copy(smem + pipe::kRawOff + slot * pipe::kRawBytes, src + chunk * pipe::kRawBytes, pipe::kRawBytes, &raw_full[slot]);
+        mbar_arrive(&raw_full[slot]);
+      }
+    }
+  } else if (wg <= 2) {  // converter c: stages c, c + 2, ...
+    const int c = wg - 1;
+    const uint32_t ones = kPipeOnes;
+    uint32_t acc = 0;
+    for (int s = c; s < stages; s += 2) {
+      const int slot = s % pipe::kRawSlots, ts = s % pipe::kTileSlots;
+      mbar_wait(&raw_full[slot], uint32_t((s / pipe::kRawSlots) & 1));
+      if (MODE != 2 && MODE != 3) {
+        const uint8_t* raw = smem + pipe::kRawOff + slot * pipe::kRawBytes;
+        const uint32_t sc0 = reinterpret_cast<const uint32_t*>(raw + pipe::kKeys * 64)[lt];
+        const uint32_t sc1 = reinterpret_cast<const uint32_t*>(raw + pipe::kKeys * 64)[lt + 128];
+        const opus::I8Table tb = tables[(sc0 ^ sc1) & 1];
+        uint4 w[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w[i] = reinterpret_cast<const uint4*>(raw)[lt + 128 * i];
+        mbar_arrive(&raw_empty[slot]);  // the raw stage is read
+        mbar_wait(&tile_empty[ts], uint32_t((s / pipe::kTileSlots) & 1) ^ 1u);
+        uint4* tile = reinterpret_cast<uint4*>(smem + pipe::kTileOff + ts * pipe::kTileBytes);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const uint32_t x[4] = {w[i].x, w[i].y, w[i].z, w[i].w};
+          uint32_t lo[4], hi[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) opus::i8_key_word(x[j], tb, ones, lo[j], hi[j]);
+          tile[lt + 128 * (2 * i)] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+          tile[lt + 128 * (2 * i + 1)] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        }
+        acc += sc0;
+        fence_async_smem();  // the tile's generic writes before the wgmma's async reads
+        mbar_arrive(&tile_full[ts]);
+      } else {
+        mbar_arrive(&raw_empty[slot]);
+        if (MODE == 2) {
+          mbar_wait(&tile_empty[ts], uint32_t((s / pipe::kTileSlots) & 1) ^ 1u);
+          mbar_arrive(&tile_full[ts]);
+        }
+      }
+    }
+    t = float(acc);
+  } else if (MODE != 3) {  // MMA warpgroup m: stages m, m + 2, ...
+    const int m = wg - 3;
+    int32_t acc[2][32] = {};
+    const uint32_t a[4] = {1u, 2u, 3u, 4u};
+    float w = 0.5f + tid, s0 = 0.0f, s1 = 0.0f;
+    for (int s = m; s < stages; s += 2) {
+      const int ts = s % pipe::kTileSlots;
+      mbar_wait(&tile_full[ts], uint32_t((s / pipe::kTileSlots) & 1));
+      if (MODE != 1) {
+        const uint32_t tile = base + pipe::kTileOff + ts * pipe::kTileBytes;
+        auto block = [&](auto cur_c, int mb, bool first) {
+          constexpr int cur = decltype(cur_c)::value;
+          wgmma_fence();
+#pragma unroll
+          for (int j = 0; j < 5; ++j)
+            wgmma64<true>(acc[cur], a, smem_desc_at(tile + mb * 8192 + (j % 4) * 2048, 128, 256),
+                          smem_desc_at(base + pipe::kQOff + j * 2048, 128, 256));
+          wgmma_commit();
+          if (first) return;
+          wgmma_wait<1>();
+          for (int i = 0; i < 32; ++i) pin(acc[cur ^ 1][i]);
+#pragma unroll
+          for (int i = 0; i < 32; i += 2) {
+            s0 = cell(acc[cur ^ 1][i], w, s0);
+            s1 = cell(acc[cur ^ 1][i + 1], w, s1);
+          }
+        };
+        block(std::integral_constant<int, 0>{}, 0, true);
+        block(std::integral_constant<int, 1>{}, 1, false);
+        block(std::integral_constant<int, 0>{}, 2, false);
+        block(std::integral_constant<int, 1>{}, 3, false);
+        wgmma_wait<0>();
+        for (int i = 0; i < 32; ++i) pin(acc[1][i]);
+#pragma unroll
+        for (int i = 0; i < 32; i += 2) {
+          s0 = cell(acc[1][i], w, s0);
+          s1 = cell(acc[1][i + 1], w, s1);
+        }
+      }
+      mbar_arrive(&tile_empty[ts]);
+    }
+    t = s0 + s1;
+    for (int i = 0; i < 32; ++i) t += float(acc[0][i] + acc[1][i]);
+  }
+  sink[blockIdx.x * blockDim.x + tid] = t;
+}
+
+template <int MODE>
+void run_pipeline(const char* name) {
+  static uint8_t* src = nullptr;
+  if (src == nullptr) {
+    cudaMalloc(&src, pipe::kChunks * pipe::kRawBytes);
+    cudaMemset(src, 0x35, pipe::kChunks * pipe::kRawBytes);
+  }
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const int stages = 124;  // 31744 keys an SM: MTP 1, 64 sequences x 64K keys
+  float* sink = nullptr;
+  cudaMalloc(&sink, size_t(sms) * 640 * 4);
+  auto kernel = pipeline_kernel<MODE>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pipe::kSmemBytes);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  float best = 1e30f, all[7];
+  for (int r = 0; r < 7; ++r) {
+    cudaEventRecord(e0);
+    kernel<<<sms, 640, pipe::kSmemBytes>>>(sink, stages, src);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    cudaEventElapsedTime(&all[r], e0, e1);
+    best = all[r] < best ? all[r] : best;
+  }
+  std::sort(all, all + 7);
+  const cudaError_t err = cudaGetLastError();
+  std::printf("%-52s %6.1f us a launch (median of 7; best %.1f), %6.3f ns a key an SM%s%s\n", name, all[3] * 1e3,
+              best * 1e3, all[3] * 1e6 / (stages * 256.0), err == cudaSuccess ? "" : " ", err == cudaSuccess ? "" : cudaGetErrorString(err));
+  cudaFree(sink);
+}
 }  // namespace
 
 int main() {
@@ -521,6 +697,11 @@ int main() {
   run_split<2, 80, true, false, true>("2 converters alone (80 ALU + STS + RAW)", 4);
   run_split<2, 80, true, true, true>("2 wgmma+epilogue WGs, 2 converters (80 ALU + STS + RAW)", 4);
   run_split<2, 0, false, false, true>("2 converters moving raw keys only (RAW)", 4);
+  std::printf("the split-role pipeline with the kernel's memory side (124 stages of 256 keys an SM: MTP 1 64 x 64K)\n");
+  run_pipeline<3>("memory side only (producer, the raw ring)");
+  run_pipeline<1>("producer + converters (conversion, tile ring)");
+  run_pipeline<2>("producer + MMA warpgroups (tiles unwritten)");
+  run_pipeline<0>("the whole pipeline");
   std::printf("interference by kind: one wgmma-only warpgroup (SS, 5 a block), two warpgroups of one\n"
               "instruction kind, nothing shared; each role's cycles an SM alone -> together\n");
   // fill sized to last about as long as the wgmma stream alone (3.2M cycles): ALU kinds 2 cycles
