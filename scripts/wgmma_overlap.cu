@@ -14,7 +14,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <algorithm>
+#include <string>
 #include <type_traits>
 
 #include "i8_encode.h"
@@ -478,7 +480,7 @@ void run_interfere(const char* kind, int fill_steps) {
 // The split-role pipeline with the kernel's memory side: one producer warp bulk-copies 256-key
 // stages (64 key bytes + 4 scale bytes a key) from a 285 MB source into a ring of four; two
 // converter warpgroups take alternate stages, read the raw keys (LDS), convert them with the
-// kernel's i8_key_word and write the INT8 tile (128 bytes a key) into a ring of three; two MMA
+// kernel's i8_key_word and write the INT8 tile (128 bytes a key) into a ring of four; two MMA
 // warpgroups take the tiles (a stage's four 64-key M blocks: five SS wgmma each against a
 // 64-column query operand, the kernel's relu and FMA a cell). Every role waits on mbarriers as
 // the kernel's do. A timing model: the tile layout is not the wgmma's (the values are garbage).
@@ -486,15 +488,35 @@ void run_interfere(const char* kind, int fill_steps) {
 // MMA only (the converters release each raw stage and hand on the tile unwritten); 3: the memory
 // side only.
 namespace pipe {
-constexpr int kKeys = 256, kRawBytes = kKeys * 68, kRawSlots = 4, kTileBytes = kKeys * 128, kTileSlots = 3;
+// Both rings have an even number of slots, so that each slot serves one converter (and one MMA
+// warpgroup) only: with two converters sharing a slot, one could poll a parity two phases
+// ahead and pass (a parity wait tells only two phases apart) -- the first form, three tile
+// slots, deadlocked that way on the H200.
+constexpr int kKeys = 256, kRawBytes = kKeys * 68, kRawSlots = 4, kTileBytes = kKeys * 128, kTileSlots = 4;
 constexpr int kRawOff = 0, kTileOff = kRawSlots * kRawBytes, kQOff = kTileOff + kTileSlots * kTileBytes;
 constexpr int kBarOff = kQOff + 5 * 2048, kSmemBytes = kBarOff + 256;
 constexpr long long kChunks = 16384;  // 285 MB of stages
 }
 __device__ uint32_t kPipeOnes = 0xFFFFFFFFu;
+// An mbarrier wait that gives up: after 2^16 polls (milliseconds; a stage takes microseconds) it writes `where` (role, stage) to host memory
+// and traps, so a wrong parity fails the case instead of hanging the device call (no printf: a
+// call in the kernel would serialize its wgmma).
+__device__ __forceinline__ void pipe_wait(uint64_t* bar, uint32_t parity, int where, volatile int* stuck) {
+  for (int spin = 0;; ++spin) {
+    uint32_t done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+    if (done) return;
+    if (spin == (1 << 16)) {
+      *stuck = where;
+      __threadfence_system();
+      __trap();
+    }
+  }
+}
 
 template <int MODE>
-__global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stages, const uint8_t* src) {
+__global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stages, const uint8_t* src, volatile int* stuck) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, wg = tid / 128, lt = tid % 128;
   uint64_t* raw_full = reinterpret_cast<uint64_t*>(smem + pipe::kBarOff);
@@ -523,10 +545,11 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
     if (tid == 0) {
       for (int s = 0; s < stages; ++s) {
         const int slot = s % pipe::kRawSlots;
-        mbar_wait(&raw_empty[slot], uint32_t((s / pipe::kRawSlots) & 1) ^ 1u);
+        pipe_wait(&raw_empty[slot], uint32_t((s / pipe::kRawSlots) & 1) ^ 1u, 1 * 100000 + wg * 1000 + s, stuck);
         const long long chunk = ((long long)blockIdx.x * stages + s) % pipe::kChunks;
         mbar_expect_tx(&raw_full[slot], pipe::kRawBytes);
-        bulk_copy(smem + pipe::kRawOff + slot * pipe::kRawBytes, src + chunk * pipe::kRawBytes, pipe::kRawBytes, &raw_full[slot]);
+        for (int off = 0; off < pipe::kRawBytes; off += 4352)  // 64 keys' bytes a copy, as the kernel's lanes
+          bulk_copy(smem + pipe::kRawOff + slot * pipe::kRawBytes + off, src + chunk * pipe::kRawBytes + off, 4352u, &raw_full[slot]);
         mbar_arrive(&raw_full[slot]);
       }
     }
@@ -536,7 +559,7 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
     uint32_t acc = 0;
     for (int s = c; s < stages; s += 2) {
       const int slot = s % pipe::kRawSlots, ts = s % pipe::kTileSlots;
-      mbar_wait(&raw_full[slot], uint32_t((s / pipe::kRawSlots) & 1));
+      pipe_wait(&raw_full[slot], uint32_t((s / pipe::kRawSlots) & 1), 2 * 100000 + wg * 1000 + s, stuck);
       if (MODE != 2 && MODE != 3) {
         const uint8_t* raw = smem + pipe::kRawOff + slot * pipe::kRawBytes;
         const uint32_t sc0 = reinterpret_cast<const uint32_t*>(raw + pipe::kKeys * 64)[lt];
@@ -546,7 +569,7 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
 #pragma unroll
         for (int i = 0; i < 8; ++i) w[i] = reinterpret_cast<const uint4*>(raw)[lt + 128 * i];
         mbar_arrive(&raw_empty[slot]);  // the raw stage is read
-        mbar_wait(&tile_empty[ts], uint32_t((s / pipe::kTileSlots) & 1) ^ 1u);
+        pipe_wait(&tile_empty[ts], uint32_t((s / pipe::kTileSlots) & 1) ^ 1u, 3 * 100000 + wg * 1000 + s, stuck);
         uint4* tile = reinterpret_cast<uint4*>(smem + pipe::kTileOff + ts * pipe::kTileBytes);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -563,7 +586,7 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
       } else {
         mbar_arrive(&raw_empty[slot]);
         if (MODE == 2) {
-          mbar_wait(&tile_empty[ts], uint32_t((s / pipe::kTileSlots) & 1) ^ 1u);
+          pipe_wait(&tile_empty[ts], uint32_t((s / pipe::kTileSlots) & 1) ^ 1u, 3 * 100000 + wg * 1000 + s, stuck);
           mbar_arrive(&tile_full[ts]);
         }
       }
@@ -576,7 +599,7 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
     float w = 0.5f + tid, s0 = 0.0f, s1 = 0.0f;
     for (int s = m; s < stages; s += 2) {
       const int ts = s % pipe::kTileSlots;
-      mbar_wait(&tile_full[ts], uint32_t((s / pipe::kTileSlots) & 1));
+      pipe_wait(&tile_full[ts], uint32_t((s / pipe::kTileSlots) & 1), 4 * 100000 + wg * 1000 + s, stuck);
       if (MODE != 1) {
         const uint32_t tile = base + pipe::kTileOff + ts * pipe::kTileBytes;
         auto block = [&](auto cur_c, int mb, bool first) {
@@ -633,10 +656,17 @@ void run_pipeline(const char* name) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
+  static int* stuck = nullptr;  // mapped host memory: pipe_wait's note survives its trap
+  if (stuck == nullptr) {
+    cudaHostAlloc(&stuck, sizeof(int), cudaHostAllocMapped);
+    *stuck = 0;
+  }
+  int* stuck_dev = nullptr;
+  cudaHostGetDevicePointer(&stuck_dev, stuck, 0);
   float best = 1e30f, all[7];
   for (int r = 0; r < 7; ++r) {
     cudaEventRecord(e0);
-    kernel<<<sms, 640, pipe::kSmemBytes>>>(sink, stages, src);
+    kernel<<<sms, 640, pipe::kSmemBytes>>>(sink, stages, src, stuck_dev);
     cudaEventRecord(e1);
     cudaEventSynchronize(e1);
     cudaEventElapsedTime(&all[r], e0, e1);
@@ -644,13 +674,27 @@ void run_pipeline(const char* name) {
   }
   std::sort(all, all + 7);
   const cudaError_t err = cudaGetLastError();
+  if (*stuck != 0) {
+    std::printf("%s: a wait gave up: barrier kind %d (1 raw_empty, 2 raw_full, 3 tile_empty, 4 tile_full), warpgroup %d, stage %d\n",
+                name, *stuck / 100000, *stuck / 1000 % 100, *stuck % 1000);
+    std::exit(1);
+  }
   std::printf("%-52s %6.1f us a launch (median of 7; best %.1f), %6.3f ns a key an SM%s%s\n", name, all[3] * 1e3,
               best * 1e3, all[3] * 1e6 / (stages * 256.0), err == cudaSuccess ? "" : " ", err == cudaSuccess ? "" : cudaGetErrorString(err));
   cudaFree(sink);
 }
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  setvbuf(stdout, nullptr, _IONBF, 0);  // each line out as it is printed (a trap keeps the rest)
+  if (argc > 1 && std::string(argv[1]) == "pipeline") {  // that section alone
+    std::printf("the split-role pipeline with the kernel's memory side (124 stages of 256 keys an SM: MTP 1 64 x 64K)\n");
+    run_pipeline<3>("memory side only (producer, the raw ring)");
+    run_pipeline<1>("producer + converters (conversion, tile ring)");
+    run_pipeline<2>("producer + MMA warpgroups (tiles unwritten)");
+    run_pipeline<0>("the whole pipeline");
+    return 0;
+  }
   std::printf("three warpgroups a CTA, one CTA an SM; a block: 64 keys\n");
   run<true, false, 0, false>("wgmma only (RS)");
   run<true, true, 0, false>("wgmma only (SS)");
