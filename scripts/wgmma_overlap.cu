@@ -74,6 +74,50 @@ __device__ __forceinline__ float icell(int32_t i, float w, float acc) {
 
 constexpr int kSmem = 64 * 1024;
 
+// Every case's start: the first 64 KB of shared memory filled (the wgmma operands), visible to the
+// tensor core's async reads; returns its shared-window address.
+__device__ __forceinline__ uint32_t fill_smem(uint8_t* smem) {
+  for (int i = threadIdx.x; i < kSmem / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = i * 2654435761u;
+  __syncthreads();
+  fence_async_smem();
+  return smem_addr(smem);
+}
+
+// What a case computed, summed into its thread's sink word (nothing of it dead code).
+__device__ __forceinline__ void keep(float* sink, float t, const uint32_t (&x)[8], const int32_t (&acc)[2][32]) {
+  for (int i = 0; i < 8; ++i) t += float(x[i]);
+  for (int i = 0; i < 32; ++i) t += float(acc[0][i] + acc[1][i]);
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = t;
+}
+
+// The epilogue of one retired block: relu and FMA a cell (EPI 2: the same count of IMAD, icell).
+template <int EPI>
+__device__ __forceinline__ void epilogue(const int32_t (&acc)[32], float w, float& s0, float& s1) {
+#pragma unroll
+  for (int i = 0; i < 32; i += 2) {
+    s0 = EPI == 2 ? icell(acc[i], w, s0) : cell(acc[i], w, s0);
+    s1 = EPI == 2 ? icell(acc[i + 1], w, s1) : cell(acc[i + 1], w, s1);
+  }
+}
+
+// One 64-key block on SS wgmma: five chained m64n64k32 (A's k-slice j at a_base + (j % 4) * 2 KB,
+// the query operand's slice j at q_base + j * 2 KB) into acc[CUR], then -- unless it is the first
+// block of a run -- the wait for the previous block's group and that block's epilogue.
+template <int CUR>
+__device__ __forceinline__ void ss_block(int32_t (&acc)[2][32], uint32_t a_base, uint32_t q_base, bool first, float w,
+                                         float& s0, float& s1) {
+  const uint32_t a[4] = {0u, 0u, 0u, 0u};  // unused: A comes from shared memory
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < 5; ++j)
+    wgmma64<true>(acc[CUR], a, smem_desc_at(a_base + (j % 4) * 2048, 128, 256), smem_desc_at(q_base + j * 2048, 128, 256));
+  wgmma_commit();
+  if (first) return;
+  wgmma_wait<1>();
+  for (int i = 0; i < 32; ++i) pin(acc[CUR ^ 1][i]);
+  epilogue<1>(acc[CUR ^ 1], w, s0, s1);
+}
+
 // MMA_WG < 0: every warpgroup issues wgmma, permutes and epilogue; else warpgroup MMA_WG issues
 // the wgmma (and the epilogue) for all, the others only permute. MMA / EPI off: that part left out;
 // EPI 2: the epilogue's instructions as IMAD (icell) instead of FP32 (cell).
@@ -81,10 +125,7 @@ template <bool MMA, bool SS, int ALU, int EPI, int MMA_WG>
 __global__ void __launch_bounds__(384, 1) blocks_kernel(float* sink, int blocks) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, wg = tid / 128, wgs = blockDim.x / 128;
-  for (int i = tid; i < kSmem / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = i * 2654435761u;
-  __syncthreads();
-  fence_async_smem();
-  const uint32_t base = smem_addr(smem);
+  const uint32_t base = fill_smem(smem);
   uint32_t x[8];
   for (int i = 0; i < 8; ++i) x[i] = tid * (i + 1);
   if (MMA_WG >= 0 && wg != MMA_WG) {  // a permute-only warpgroup: its own loop, no wgmma in it
@@ -125,11 +166,7 @@ __global__ void __launch_bounds__(384, 1) blocks_kernel(float* sink, int blocks)
       for (int i = 0; i < 32; ++i) pin(acc[cur ^ 1][i]);
     }
     if constexpr (EPI) {
-#pragma unroll
-      for (int i = 0; i < 32; i += 2) {
-        s0 = EPI == 2 ? icell(acc[cur ^ 1][i], w, s0) : cell(acc[cur ^ 1][i], w, s0);
-        s1 = EPI == 2 ? icell(acc[cur ^ 1][i + 1], w, s1) : cell(acc[cur ^ 1][i + 1], w, s1);
-      }
+      epilogue<EPI>(acc[cur ^ 1], w, s0, s1);
     }
   };
   for (int b = 0; b < my_blocks; b += 4) {  // four blocks, then drained (as a stage of the kernel)
@@ -142,10 +179,7 @@ __global__ void __launch_bounds__(384, 1) blocks_kernel(float* sink, int blocks)
       for (int i = 0; i < 32; ++i) pin(acc[1][i]);
     }
   }
-  float t = s0 + s1;
-  for (int i = 0; i < 8; ++i) t += float(x[i]);
-  for (int i = 0; i < 32; ++i) t += float(acc[0][i] + acc[1][i]);
-  sink[blockIdx.x * blockDim.x + tid] = t;
+  keep(sink, s0 + s1, x, acc);
 }
 
 constexpr int kBlocks = 20000;  // 64-key blocks a warpgroup in a timed launch
@@ -194,10 +228,7 @@ template <int WGS, int ALU, int EPI, bool TURNS>
 __global__ void __launch_bounds__(128 * WGS, 1) pingpong_kernel(float* sink, int blocks) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, wg = tid / 128;
-  for (int i = tid; i < kSmem / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = i * 2654435761u;
-  __syncthreads();
-  fence_async_smem();
-  const uint32_t base = smem_addr(smem);
+  const uint32_t base = fill_smem(smem);
   uint32_t x[8];
   for (int i = 0; i < 8; ++i) x[i] = tid * (i + 1);
   int32_t acc[2][32] = {};
@@ -221,11 +252,7 @@ __global__ void __launch_bounds__(128 * WGS, 1) pingpong_kernel(float* sink, int
     if (first) return;
     wgmma_wait<1>();
     for (int i = 0; i < 32; ++i) pin(acc[cur ^ 1][i]);
-#pragma unroll
-    for (int i = 0; i < 32; i += 2) {
-      s0 = EPI == 2 ? icell(acc[cur ^ 1][i], w, s0) : cell(acc[cur ^ 1][i], w, s0);
-      s1 = EPI == 2 ? icell(acc[cur ^ 1][i + 1], w, s1) : cell(acc[cur ^ 1][i + 1], w, s1);
-    }
+    epilogue<EPI>(acc[cur ^ 1], w, s0, s1);
   };
   for (int b = 0; b < blocks; b += 4) {  // four blocks, then drained (a wgmma in flight across the loop serializes them all)
     block(std::integral_constant<int, 0>{}, b, true);
@@ -235,10 +262,7 @@ __global__ void __launch_bounds__(128 * WGS, 1) pingpong_kernel(float* sink, int
     wgmma_wait<0>();
     for (int i = 0; i < 32; ++i) pin(acc[1][i]);
   }
-  float t = s0 + s1;
-  for (int i = 0; i < 8; ++i) t += float(x[i]);
-  for (int i = 0; i < 32; ++i) t += float(acc[0][i] + acc[1][i]);
-  sink[blockIdx.x * blockDim.x + tid] = t;
+  keep(sink, s0 + s1, x, acc);
 }
 
 template <int WGS, int ALU, int EPI, bool TURNS>
@@ -261,10 +285,7 @@ template <int MMA_WGS, int ALU, bool STS, bool MMA, bool RAW>
 __global__ void __launch_bounds__(512, 1) split_kernel(float* sink, int blocks, const uint8_t* src) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, wg = tid / 128, wgs = blockDim.x / 128, conv = wgs - MMA_WGS;
-  for (int i = tid; i < kSmem / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = i * 2654435761u;
-  __syncthreads();
-  fence_async_smem();
-  const uint32_t base = smem_addr(smem);
+  const uint32_t base = fill_smem(smem);
   constexpr uint32_t kTile = 8192, kRing = 4, kQ = 32768;  // tiles at [0, 32K), the query operand above
   float t = 0.0f;
   if (wg >= MMA_WGS) {  // converter
@@ -314,30 +335,13 @@ __global__ void __launch_bounds__(512, 1) split_kernel(float* sink, int blocks, 
   } else if constexpr (MMA) {  // wgmma + epilogue for its share of every converter's blocks
     const int mine = blocks * conv / MMA_WGS;
     int32_t acc[2][32] = {};
-    const uint32_t a[4] = {1u, 2u, 3u, 4u};
     float w = 0.5f + tid, s0 = 0.0f, s1 = 0.0f;
-    auto block = [&](auto cur_c, int b, bool first) {
-      constexpr int cur = decltype(cur_c)::value;
-      wgmma_fence();
-#pragma unroll
-      for (int j = 0; j < 5; ++j)
-        wgmma64<true>(acc[cur], a, smem_desc_at(base + (b % kRing) * kTile + (j % 4) * 2048, 128, 256),
-                      smem_desc_at(base + kQ + j * 2048, 128, 256));
-      wgmma_commit();
-      if (first) return;
-      wgmma_wait<1>();
-      for (int i = 0; i < 32; ++i) pin(acc[cur ^ 1][i]);
-#pragma unroll
-      for (int i = 0; i < 32; i += 2) {
-        s0 = cell(acc[cur ^ 1][i], w, s0);
-        s1 = cell(acc[cur ^ 1][i + 1], w, s1);
-      }
-    };
+    auto tile = [&](int b) { return base + (b % kRing) * kTile; };
     for (int b = 0; b < mine; b += 4) {
-      block(std::integral_constant<int, 0>{}, b, true);
-      block(std::integral_constant<int, 1>{}, b + 1, false);
-      block(std::integral_constant<int, 0>{}, b + 2, false);
-      block(std::integral_constant<int, 1>{}, b + 3, false);
+      ss_block<0>(acc, tile(b), base + kQ, true, w, s0, s1);
+      ss_block<1>(acc, tile(b + 1), base + kQ, false, w, s0, s1);
+      ss_block<0>(acc, tile(b + 2), base + kQ, false, w, s0, s1);
+      ss_block<1>(acc, tile(b + 3), base + kQ, false, w, s0, s1);
       wgmma_wait<0>();
       for (int i = 0; i < 32; ++i) pin(acc[1][i]);
     }
@@ -396,10 +400,7 @@ template <int KIND, bool MMA, bool FILL>
 __global__ void __launch_bounds__(384, 1) interfere_kernel(float* sink, int blocks, int fill_steps, unsigned long long* cyc) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, wg = tid / 128;
-  for (int i = tid; i < kSmem / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = i * 2654435761u;
-  __syncthreads();
-  fence_async_smem();
-  const uint32_t base = smem_addr(smem);
+  const uint32_t base = fill_smem(smem);
   float t = 0.0f;
   const long long c0 = clock64();
   if (wg == 0) {
@@ -595,41 +596,19 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
   } else if (MODE != 3) {  // MMA warpgroup m: stages m, m + 2, ...
     const int m = wg - 3;
     int32_t acc[2][32] = {};
-    const uint32_t a[4] = {1u, 2u, 3u, 4u};
     float w = 0.5f + tid, s0 = 0.0f, s1 = 0.0f;
     for (int s = m; s < stages; s += 2) {
       const int ts = s % pipe::kTileSlots;
       pipe_wait(&tile_full[ts], uint32_t((s / pipe::kTileSlots) & 1), 4 * 100000 + wg * 1000 + s, stuck);
       if (MODE != 1) {
-        const uint32_t tile = base + pipe::kTileOff + ts * pipe::kTileBytes;
-        auto block = [&](auto cur_c, int mb, bool first) {
-          constexpr int cur = decltype(cur_c)::value;
-          wgmma_fence();
-#pragma unroll
-          for (int j = 0; j < 5; ++j)
-            wgmma64<true>(acc[cur], a, smem_desc_at(tile + mb * 8192 + (j % 4) * 2048, 128, 256),
-                          smem_desc_at(base + pipe::kQOff + j * 2048, 128, 256));
-          wgmma_commit();
-          if (first) return;
-          wgmma_wait<1>();
-          for (int i = 0; i < 32; ++i) pin(acc[cur ^ 1][i]);
-#pragma unroll
-          for (int i = 0; i < 32; i += 2) {
-            s0 = cell(acc[cur ^ 1][i], w, s0);
-            s1 = cell(acc[cur ^ 1][i + 1], w, s1);
-          }
-        };
-        block(std::integral_constant<int, 0>{}, 0, true);
-        block(std::integral_constant<int, 1>{}, 1, false);
-        block(std::integral_constant<int, 0>{}, 2, false);
-        block(std::integral_constant<int, 1>{}, 3, false);
+        const uint32_t tile = base + pipe::kTileOff + ts * pipe::kTileBytes, q = base + pipe::kQOff;
+        ss_block<0>(acc, tile, q, true, w, s0, s1);  // the stage's four M blocks, 8 KB of tile each
+        ss_block<1>(acc, tile + 8192, q, false, w, s0, s1);
+        ss_block<0>(acc, tile + 16384, q, false, w, s0, s1);
+        ss_block<1>(acc, tile + 24576, q, false, w, s0, s1);
         wgmma_wait<0>();
         for (int i = 0; i < 32; ++i) pin(acc[1][i]);
-#pragma unroll
-        for (int i = 0; i < 32; i += 2) {
-          s0 = cell(acc[1][i], w, s0);
-          s1 = cell(acc[1][i + 1], w, s1);
-        }
+        epilogue<1>(acc[1], w, s0, s1);
       }
       mbar_arrive(&tile_empty[ts]);
     }
