@@ -1,0 +1,69 @@
+"""The measurement tools under scripts/ stay in step with the kernels they measure.
+
+Every scripts/i8_ablations.py variant's text edits still apply to the i8 body (a stale edit
+would stop the script in the middle of a session, after the device time is booked), and the
+torch-free CUDA tools -- scripts/wgmma_overlap.cu and scripts/opus_harness.cu over a trimmed
+kernel tree -- build for sm_90a without a wgmma that ptxas serialized (a serialized case would
+time the serialization). nvcc only: nothing here runs a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from opus_compile_check import CSRC, find_nvcc  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+IDS = [20, 31]  # the registry ids the ablations trim to (r1w16, r2w16)
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="no nvcc")
+
+
+def _ablations():
+    spec = importlib.util.spec_from_file_location("i8_ablations", ROOT / "scripts" / "i8_ablations.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ABL = _ablations()
+
+
+def _changed(tree: Path) -> set[str]:
+    return {f.name for f in CSRC.iterdir() if f.is_file() and (tree / f.name).read_text() != f.read_text()}
+
+
+@pytest.mark.parametrize("variant", ABL.VARIANTS)
+def test_ablation_variant_applies(variant, tmp_path):
+    tree = ABL.make_tree(tmp_path, variant, IDS)  # exits naming the edit when one no longer matches
+    rows = re.findall(r"^\s*X\((\d+),", (tree / "registry.h").read_text(), flags=re.M)
+    assert sorted(int(r) for r in rows) == IDS
+    changed = _changed(tree)
+    assert "registry.h" in changed
+    if variant != "base":
+        assert changed - {"registry.h"}, f"{variant}: its edits changed no kernel text"
+
+
+@needs_nvcc
+def test_harness_builds_over_a_trimmed_tree(tmp_path):
+    (tmp_path / "bin").mkdir()
+    tree = ABL.make_tree(tmp_path, "base", IDS)
+    line = ABL.build(tmp_path, "base", tree)
+    assert line == "base: built", line  # a failed build or serialized wgmma say so on this line
+    assert (tmp_path / "bin" / "base").exists()
+
+
+@needs_nvcc
+def test_wgmma_overlap_builds_unserialized(tmp_path):
+    cmd = [find_nvcc(), "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", f"-I{CSRC}",
+           str(ROOT / "scripts" / "wgmma_overlap.cu"), "-o", str(tmp_path / "wgmma_overlap")]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    serialized = [line for line in res.stderr.splitlines() if "are serialized" in line]
+    assert not serialized, "\n".join(serialized)
