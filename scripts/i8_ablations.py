@@ -36,6 +36,8 @@ EDITS = {
                "        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = __int_as_float(ac[4 * i + 2 * kk + e] * __float_as_int(wv[e]) + __float_as_int(part[lr][kk][e]));\n")],
     "iepi2": [("        for (int e = 0; e < 2; ++e) part[lr][kk][e] = fmaf(relu_scaled(ac[4 * i + 2 * kk + e]), wv[e], part[lr][kk][e]);\n",
                "        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = __int_as_float((ac[4 * i + 2 * kk + e] * __float_as_int(wv[e]) + 7) * __float_as_int(wv[e ^ 1]) + __float_as_int(part[lr][kk][e]));\n")],
+    # the rows' out pointers from shared memory at R = 2 too (r2w16 spilled them: 8 LDL.64 a stage)
+    "rowsmem": [("  static constexpr bool ROWS_IN_REGS = R <= 2;\n", "  static constexpr bool ROWS_IN_REGS = R <= 1;\n")],
     # the consumers only wait for each stage and release it: what the producer and memory alone cost
     "empty": [("    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n",
                "    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n"
