@@ -5,10 +5,13 @@
 // epilogue (a saturating multiply and an FMA a cell); then the same work with the roles split
 // (warpgroups that only issue wgmma and sum, warpgroups that only permute and, optionally, write
 // a converted tile to shared memory for the wgmma to read, and -- RAW -- bulk-copy their raw keys
-// from global memory and read them back first). Each case prints ns a key an SM; compare a case
-// with the sum of its parts alone.
+// from global memory and read them back first); turns handed between warpgroups (ping-pong);
+// interference by instruction kind (a wgmma-only warpgroup beside warpgroups of one kind); the
+// split-role pipeline with the kernel's memory side. Each case prints ns a key an SM (the
+// interference cases each role's cycles); compare a case with the sum of its parts alone.
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Imqa_logits_mxfp4/backends/opus/csrc \
-//        scripts/wgmma_overlap.cu -o /tmp/wgmma_overlap && /tmp/wgmma_overlap
+//        scripts/wgmma_overlap.cu -o /tmp/wgmma_overlap && /tmp/wgmma_overlap [pipeline]
+// (`pipeline`: that section alone.)
 // ptxas schedules the permutes and FMAs around the wgmma as it likes (source order, volatile asm
 // and memory clobbers do not pin them): each case measures the layout ptxas chose.
 #include <cuda_runtime.h>

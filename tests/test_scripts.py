@@ -11,28 +11,26 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from opus_compile_check import CSRC, find_nvcc  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-IDS = [20, 31]  # the registry ids the ablations trim to (r1w16, r2w16)
-needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="no nvcc")
-
 
 def _ablations():
-    spec = importlib.util.spec_from_file_location("i8_ablations", ROOT / "scripts" / "i8_ablations.py")
+    path = Path(__file__).resolve().parents[1] / "scripts" / "i8_ablations.py"
+    spec = importlib.util.spec_from_file_location("i8_ablations", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-ABL = _ablations()
+ABL = _ablations()  # its ROOT, CSRC and NVCC command are the ones these tests use
+CSRC = ABL.CSRC
+IDS = [20, 31]  # the registry ids the ablations trim to (r1w16, r2w16)
+NVCC = shutil.which(ABL.NVCC[0])  # the scripts call nvcc from PATH
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH")
 
 
 def _changed(tree: Path) -> set[str]:
@@ -61,8 +59,8 @@ def test_harness_builds_over_a_trimmed_tree(tmp_path):
 
 @needs_nvcc
 def test_wgmma_overlap_builds_unserialized(tmp_path):
-    cmd = [find_nvcc(), "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", f"-I{CSRC}",
-           str(ROOT / "scripts" / "wgmma_overlap.cu"), "-o", str(tmp_path / "wgmma_overlap")]
+    cmd = [NVCC, "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", f"-I{CSRC}",
+           str(ABL.ROOT / "scripts" / "wgmma_overlap.cu"), "-o", str(tmp_path / "wgmma_overlap")]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     serialized = [line for line in res.stderr.splitlines() if "are serialized" in line]
