@@ -52,6 +52,35 @@ __device__ __forceinline__ void wgmma64(int32_t (&d)[32], const uint32_t (&a)[4]
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
+// D (+)= A x B, 64 x 128 x 32, s8 (registers) x u8 (shared) -> s32: the swapped layout's wgmma
+// (the query's heads as M, in registers; 128 keys as N, from the tile). START: D = A x B with D
+// write-only (its registers free until the chain starts), else D += A x B.
+#define ACC64(d, m) m(d), m((d + 32))
+#define W32(d)                                                                                            \
+  "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]), "=r"(d[4]), "=r"(d[5]), "=r"(d[6]), "=r"(d[7]),         \
+      "=r"(d[8]), "=r"(d[9]), "=r"(d[10]), "=r"(d[11]), "=r"(d[12]), "=r"(d[13]), "=r"(d[14]), "=r"(d[15]), \
+      "=r"(d[16]), "=r"(d[17]), "=r"(d[18]), "=r"(d[19]), "=r"(d[20]), "=r"(d[21]), "=r"(d[22]),         \
+      "=r"(d[23]), "=r"(d[24]), "=r"(d[25]), "=r"(d[26]), "=r"(d[27]), "=r"(d[28]), "=r"(d[29]),          \
+      "=r"(d[30]), "=r"(d[31])
+// The same with A (the query) from shared memory too (SS): D += A x B.
+__device__ __forceinline__ void wgmma128_ss(int32_t (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.u8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 1;\n"
+               : ACC64(d, ACC32)
+               : "l"(desc_a), "l"(desc_b));
+}
+template <bool START>
+__device__ __forceinline__ void wgmma128_rs(int32_t (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+  if constexpr (START)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, 0, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.u8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p;\n}\n"
+                 : ACC64(d, W32)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+  else
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.u8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, 1;\n"
+                 : ACC64(d, ACC32)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
 __device__ __forceinline__ uint32_t permute(uint32_t a, uint32_t b, uint32_t s) {
   uint32_t r;
   asm volatile("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
@@ -106,7 +135,7 @@ __device__ __forceinline__ void epilogue(const int32_t (&acc)[32], float w, floa
 // One 64-key block on SS wgmma: five chained m64n64k32 (A's k-slice j at a_base + (j % 4) * 2 KB,
 // the query operand's slice j at q_base + j * 2 KB) into acc[CUR], then -- unless it is the first
 // block of a run -- the wait for the previous block's group and that block's epilogue.
-template <int CUR>
+template <int CUR, int EPI = 1>
 __device__ __forceinline__ void ss_block(int32_t (&acc)[2][32], uint32_t a_base, uint32_t q_base, bool first, float w,
                                          float& s0, float& s1) {
   const uint32_t a[4] = {0u, 0u, 0u, 0u};  // unused: A comes from shared memory
@@ -118,7 +147,7 @@ __device__ __forceinline__ void ss_block(int32_t (&acc)[2][32], uint32_t a_base,
   if (first) return;
   wgmma_wait<1>();
   for (int i = 0; i < 32; ++i) pin(acc[CUR ^ 1][i]);
-  epilogue<1>(acc[CUR ^ 1], w, s0, s1);
+  if constexpr (EPI != 0) epilogue<EPI>(acc[CUR ^ 1], w, s0, s1);
 }
 
 // MMA_WG < 0: every warpgroup issues wgmma, permutes and epilogue; else warpgroup MMA_WG issues
@@ -490,7 +519,12 @@ void run_interfere(const char* kind, int fill_steps) {
 // the kernel's do. A timing model: the tile layout is not the wgmma's (the values are garbage).
 // MODE 0: everything; 1: converters only (the MMA warpgroups release each tile untouched); 2:
 // MMA only (the converters release each raw stage and hand on the tile unwritten); 3: the memory
-// side only.
+// side only. STS false: the converters convert but write no tile; EPI: the MMA warpgroups'
+// epilogue (1 FP32 cells, 2 the same count of IMAD, 0 none). SWAP: the MMA warpgroups in the
+// swapped layout -- the query's 64 heads as wgmma's M, in registers (RS, read from no shared
+// memory), the stage's keys as N (two m64n128k32 chains of five), the head sum across the
+// accumulator's rows (a reduce-scatter over the lanes of a row group, then the four warps through
+// shared memory); the registers reallocated (producer 24, converters 72, MMA 152).
 namespace pipe {
 // Both rings have an even number of slots, so that each slot serves one converter (and one MMA
 // warpgroup) only: with two converters sharing a slot, one could poll a parity two phases
@@ -498,7 +532,7 @@ namespace pipe {
 // slots, deadlocked that way on the H200.
 constexpr int kKeys = 256, kRawBytes = kKeys * 68, kRawSlots = 4, kTileBytes = kKeys * 128, kTileSlots = 4;
 constexpr int kRawOff = 0, kTileOff = kRawSlots * kRawBytes, kQOff = kTileOff + kTileSlots * kTileBytes;
-constexpr int kBarOff = kQOff + 5 * 2048, kSmemBytes = kBarOff + 256;
+constexpr int kBarOff = kQOff + 5 * 2048, kRedOff = kBarOff + 256, kSmemBytes = kRedOff + 2 * 4096;
 constexpr long long kChunks = 16384;  // 285 MB of stages
 }
 __device__ uint32_t kPipeOnes = 0xFFFFFFFFu;
@@ -519,7 +553,44 @@ __device__ __forceinline__ void pipe_wait(uint64_t* bar, uint32_t parity, int wh
   }
 }
 
-template <int MODE>
+// The swapped layout's epilogue for one 128-key chain: a thread holds heads r, r + 8 of its warp's 16
+// (rows) for 32 keys (columns); relu and the weight a cell, the two rows summed, the 16 heads of
+// the warp by a reduce-scatter over lane bits 4, 3, 2 (each thread ends with 4 keys' sums), the
+// warpgroup's four warps through `red` (two halves, so one barrier a chain suffices).
+// One step of the reduce-scatter: lanes that differ in bit N swap halves of v[0, 2N) and add.
+template <int N>
+__device__ __forceinline__ void scatter_step(float (&v)[32], int lane) {
+  const bool up = (lane & N) != 0;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const float send = up ? v[i] : v[i + N], keep = up ? v[i + N] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, N);
+  }
+}
+
+template <int EPI>
+__device__ __forceinline__ void swap_epilogue(const int32_t (&d)[64], float w0, float w1, float* red, int half, int bar,
+                                              float& out) {
+  float v[32];
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      v[2 * j + e] = EPI == 2 ? icell(d[4 * j + 2 + e], w1, icell(d[4 * j + e], w0, 0.0f))
+                              : cell(d[4 * j + 2 + e], w1, cell(d[4 * j + e], w0, 0.0f));
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+  scatter_step<16>(v, lane);
+  scatter_step<8>(v, lane);
+  scatter_step<4>(v, lane);
+  float* r = red + half * 512;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) r[warp * 128 + i * 32 + lane] = v[i];
+  bar_sync(bar, 128);
+  const int lt = threadIdx.x & 127;
+  out += (r[lt] + r[128 + lt]) + (r[256 + lt] + r[384 + lt]);
+}
+
+template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0>
 __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stages, const uint8_t* src, volatile int* stuck) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, wg = tid / 128, lt = tid % 128;
@@ -546,6 +617,7 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
   const uint32_t base = smem_addr(smem);
   float t = 0.0f;
   if (wg == 0) {  // producer: one lane of warp 0
+    if constexpr (SWAP != 0) regs_shrink<24>();
     if (tid == 0) {
       for (int s = 0; s < stages; ++s) {
         const int slot = s % pipe::kRawSlots;
@@ -558,6 +630,7 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
       }
     }
   } else if (wg <= 2) {  // converter c: stages c, c + 2, ...
+    if constexpr (SWAP != 0) regs_shrink<72>();
     const int c = wg - 1;
     const uint32_t ones = kPipeOnes;
     uint32_t acc = 0;
@@ -581,8 +654,12 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
           uint32_t lo[4], hi[4];
 #pragma unroll
           for (int j = 0; j < 4; ++j) opus::i8_key_word(x[j], tb, ones, lo[j], hi[j]);
-          tile[lt + 128 * (2 * i)] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-          tile[lt + 128 * (2 * i + 1)] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+          if constexpr (STS) {
+            tile[lt + 128 * (2 * i)] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+            tile[lt + 128 * (2 * i + 1)] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+          } else {
+            acc += (lo[0] ^ hi[1]) + (lo[2] ^ hi[3]) + (lo[1] ^ hi[0]) + (lo[3] ^ hi[2]);
+          }
         }
         acc += sc0;
         fence_async_smem();  // the tile's generic writes before the wgmma's async reads
@@ -596,6 +673,55 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
       }
     }
     t = float(acc);
+  } else if (MODE != 3 && SWAP != 0) {  // MMA warpgroup m, swapped layout: stages m, m + 2, ...
+    regs_grow<152>();
+    const int m = wg - 3;
+    // The query's A fragment (garbage values), in registers for the launch: one for the five k
+    // steps -- with five (20 registers, as a kernel needs) ptxas kept the MMA region near 108
+    // registers whatever setmaxnreg asked, spilled them and serialized the wgmma (C7512).
+    uint32_t qa[1][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) qa[0][i] = (tid * 2654435761u) ^ uint32_t(i);
+    int32_t acc[64];
+    float* red = reinterpret_cast<float*>(smem + pipe::kRedOff) + m * 1024;
+    const float w0 = 0.5f + tid, w1 = 0.25f + tid;
+    float out = 0.0f;
+    int half = 0;
+    for (int s = m; s < stages; s += 2) {
+      const int ts = s % pipe::kTileSlots;
+      pipe_wait(&tile_full[ts], uint32_t((s / pipe::kTileSlots) & 1), 4 * 100000 + wg * 1000 + s, stuck);
+      if (MODE != 1) {
+        const uint32_t tile = base + pipe::kTileOff + ts * pipe::kTileBytes;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          wgmma_fence();
+#pragma unroll
+          if constexpr (SWAP == 2) {
+#pragma unroll
+            for (int i = 0; i < 64; ++i) acc[i] = 0;
+#pragma unroll
+            for (int j = 0; j < 5; ++j)
+              wgmma128_ss(acc, smem_desc_at(base + pipe::kQOff + j * 2048, 128, 256),
+                          smem_desc_at(tile + h * 16384 + (j % 4) * 4096, 128, 256));
+          } else {
+            wgmma128_rs<true>(acc, qa[0], smem_desc_at(tile + h * 16384, 128, 256));
+#pragma unroll
+            for (int j = 1; j < 5; ++j) wgmma128_rs<false>(acc, qa[0], smem_desc_at(tile + h * 16384 + (j % 4) * 4096, 128, 256));
+          }
+          wgmma_commit();
+          wgmma_wait<0>();
+#pragma unroll
+          for (int i = 0; i < 64; ++i) pin(acc[i]);
+          if constexpr (EPI != 0) swap_epilogue<EPI>(acc, w0, w1, red, half, 1 + m, out);
+          half ^= 1;
+        }
+      }
+      mbar_arrive(&tile_empty[ts]);
+    }
+    t = out;
+    for (int i = 0; i < 64; ++i) t += float(acc[i]);
+    sink[blockIdx.x * blockDim.x + tid] = t;  // here, not after the roles join (the join's
+    return;                                   // register budget is the smallest role's)
   } else if (MODE != 3) {  // MMA warpgroup m: stages m, m + 2, ...
     const int m = wg - 3;
     int32_t acc[2][32] = {};
@@ -605,13 +731,13 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
       pipe_wait(&tile_full[ts], uint32_t((s / pipe::kTileSlots) & 1), 4 * 100000 + wg * 1000 + s, stuck);
       if (MODE != 1) {
         const uint32_t tile = base + pipe::kTileOff + ts * pipe::kTileBytes, q = base + pipe::kQOff;
-        ss_block<0>(acc, tile, q, true, w, s0, s1);  // the stage's four M blocks, 8 KB of tile each
-        ss_block<1>(acc, tile + 8192, q, false, w, s0, s1);
-        ss_block<0>(acc, tile + 16384, q, false, w, s0, s1);
-        ss_block<1>(acc, tile + 24576, q, false, w, s0, s1);
+        ss_block<0, EPI>(acc, tile, q, true, w, s0, s1);  // the stage's four M blocks, 8 KB of tile each
+        ss_block<1, EPI>(acc, tile + 8192, q, false, w, s0, s1);
+        ss_block<0, EPI>(acc, tile + 16384, q, false, w, s0, s1);
+        ss_block<1, EPI>(acc, tile + 24576, q, false, w, s0, s1);
         wgmma_wait<0>();
         for (int i = 0; i < 32; ++i) pin(acc[1][i]);
-        epilogue<1>(acc[1], w, s0, s1);
+        if constexpr (EPI != 0) epilogue<EPI>(acc[1], w, s0, s1);
       }
       mbar_arrive(&tile_empty[ts]);
     }
@@ -621,7 +747,7 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
   sink[blockIdx.x * blockDim.x + tid] = t;
 }
 
-template <int MODE>
+template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0>
 void run_pipeline(const char* name) {
   static uint8_t* src = nullptr;
   if (src == nullptr) {
@@ -633,7 +759,7 @@ void run_pipeline(const char* name) {
   const int stages = 124;  // 31744 keys an SM: MTP 1, 64 sequences x 64K keys
   float* sink = nullptr;
   cudaMalloc(&sink, size_t(sms) * 640 * 4);
-  auto kernel = pipeline_kernel<MODE>;
+  auto kernel = pipeline_kernel<MODE, STS, EPI, SWAP>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pipe::kSmemBytes);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
@@ -675,6 +801,15 @@ int main(int argc, char** argv) {
     run_pipeline<1>("producer + converters (conversion, tile ring)");
     run_pipeline<2>("producer + MMA warpgroups (tiles unwritten)");
     run_pipeline<0>("the whole pipeline");
+    run_pipeline<0, false>("whole, the converters write no tile");
+    run_pipeline<0, true, 2>("whole, the epilogue as IMAD");
+    run_pipeline<0, true, 0>("whole, no epilogue");
+    std::printf("swapped: heads as M (query in registers, RS), 128 keys as N, the head sum across rows\n");
+    run_pipeline<2, true, 1, 1>("swapped, producer + MMA warpgroups");
+    run_pipeline<0, true, 1, 1>("swapped, the whole pipeline");
+    run_pipeline<0, true, 2, 1>("swapped, whole, the epilogue as IMAD");
+    run_pipeline<0, true, 0, 1>("swapped, whole, no epilogue");
+    run_pipeline<0, false, 1, 1>("swapped, whole, the converters write no tile");
     return 0;
   }
   std::printf("three warpgroups a CTA, one CTA an SM; a block: 64 keys\n");
