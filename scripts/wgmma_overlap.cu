@@ -29,12 +29,14 @@ using namespace opus::sm90;
 
 namespace {
 
-#define ACC32(d)                                                                                          \
-  "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),         \
-      "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), \
-      "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]),         \
-      "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]),          \
-      "+r"(d[30]), "+r"(d[31])
+// A 32-register accumulator's operand list with constraint C ("+r": read and written, "=r":
+// written only)
+#define REGS32(C, d)                                                                           \
+  C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]),     \
+      C(d[10]), C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), \
+      C(d[19]), C(d[20]), C(d[21]), C(d[22]), C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), \
+      C(d[28]), C(d[29]), C(d[30]), C(d[31])
+#define ACC32(d) REGS32("+r", d)
 #define D32                                                                                              \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
   "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -55,29 +57,17 @@ __device__ __forceinline__ void wgmma64(int32_t (&d)[32], const uint32_t (&a)[4]
 // D (+)= A x B, 64 x 128 x 32, s8 (registers) x u8 (shared) -> s32: the swapped layout's wgmma
 // (the query's heads as M, in registers; 128 keys as N, from the tile). START: D = A x B with D
 // write-only (its registers free until the chain starts), else D += A x B.
-#define ACC64(d, m) m(d), m((d + 32))
-#define W32(d)                                                                                            \
-  "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]), "=r"(d[4]), "=r"(d[5]), "=r"(d[6]), "=r"(d[7]),         \
-      "=r"(d[8]), "=r"(d[9]), "=r"(d[10]), "=r"(d[11]), "=r"(d[12]), "=r"(d[13]), "=r"(d[14]), "=r"(d[15]), \
-      "=r"(d[16]), "=r"(d[17]), "=r"(d[18]), "=r"(d[19]), "=r"(d[20]), "=r"(d[21]), "=r"(d[22]),         \
-      "=r"(d[23]), "=r"(d[24]), "=r"(d[25]), "=r"(d[26]), "=r"(d[27]), "=r"(d[28]), "=r"(d[29]),          \
-      "=r"(d[30]), "=r"(d[31])
-// The same with A (the query) from shared memory too (SS): D += A x B.
-__device__ __forceinline__ void wgmma128_ss(int32_t (&d)[64], uint64_t desc_a, uint64_t desc_b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.u8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 1;\n"
-               : ACC64(d, ACC32)
-               : "l"(desc_a), "l"(desc_b));
-}
+#define D64 "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" "}"
 template <bool START>
 __device__ __forceinline__ void wgmma128_rs(int32_t (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
   if constexpr (START)
     asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, 0, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.u8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p;\n}\n"
-                 : ACC64(d, W32)
+                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.u8 " D64 ", {%64, %65, %66, %67}, %68, p;\n}\n"
+                 : REGS32("=r", d), REGS32("=r", (d + 32))
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
   else
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.u8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, 1;\n"
-                 : ACC64(d, ACC32)
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.u8 " D64 ", {%64, %65, %66, %67}, %68, 1;\n"
+                 : ACC32(d), ACC32((d + 32))
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
@@ -590,7 +580,7 @@ __device__ __forceinline__ void swap_epilogue(const int32_t (&d)[64], float w0, 
   out += (r[lt] + r[128 + lt]) + (r[256 + lt] + r[384 + lt]);
 }
 
-template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0>
+template <int MODE, bool STS = true, int EPI = 1, bool SWAP = false>
 __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stages, const uint8_t* src, volatile int* stuck) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, wg = tid / 128, lt = tid % 128;
@@ -617,7 +607,7 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
   const uint32_t base = smem_addr(smem);
   float t = 0.0f;
   if (wg == 0) {  // producer: one lane of warp 0
-    if constexpr (SWAP != 0) regs_shrink<24>();
+    if constexpr (SWAP) regs_shrink<24>();
     if (tid == 0) {
       for (int s = 0; s < stages; ++s) {
         const int slot = s % pipe::kRawSlots;
@@ -630,7 +620,7 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
       }
     }
   } else if (wg <= 2) {  // converter c: stages c, c + 2, ...
-    if constexpr (SWAP != 0) regs_shrink<72>();
+    if constexpr (SWAP) regs_shrink<72>();
     const int c = wg - 1;
     const uint32_t ones = kPipeOnes;
     uint32_t acc = 0;
@@ -673,15 +663,15 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
       }
     }
     t = float(acc);
-  } else if (MODE != 3 && SWAP != 0) {  // MMA warpgroup m, swapped layout: stages m, m + 2, ...
+  } else if (MODE != 3 && SWAP) {  // MMA warpgroup m, swapped layout: stages m, m + 2, ...
     regs_grow<152>();
     const int m = wg - 3;
     // The query's A fragment (garbage values), in registers for the launch: one for the five k
     // steps -- with five (20 registers, as a kernel needs) ptxas kept the MMA region near 108
     // registers whatever setmaxnreg asked, spilled them and serialized the wgmma (C7512).
-    uint32_t qa[1][4];
+    uint32_t qa[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) qa[0][i] = (tid * 2654435761u) ^ uint32_t(i);
+    for (int i = 0; i < 4; ++i) qa[i] = (tid * 2654435761u) ^ uint32_t(i);
     int32_t acc[64];
     float* red = reinterpret_cast<float*>(smem + pipe::kRedOff) + m * 1024;
     const float w0 = 0.5f + tid, w1 = 0.25f + tid;
@@ -696,18 +686,9 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
         for (int h = 0; h < 2; ++h) {
           wgmma_fence();
 #pragma unroll
-          if constexpr (SWAP == 2) {
+          wgmma128_rs<true>(acc, qa, smem_desc_at(tile + h * 16384, 128, 256));
 #pragma unroll
-            for (int i = 0; i < 64; ++i) acc[i] = 0;
-#pragma unroll
-            for (int j = 0; j < 5; ++j)
-              wgmma128_ss(acc, smem_desc_at(base + pipe::kQOff + j * 2048, 128, 256),
-                          smem_desc_at(tile + h * 16384 + (j % 4) * 4096, 128, 256));
-          } else {
-            wgmma128_rs<true>(acc, qa[0], smem_desc_at(tile + h * 16384, 128, 256));
-#pragma unroll
-            for (int j = 1; j < 5; ++j) wgmma128_rs<false>(acc, qa[0], smem_desc_at(tile + h * 16384 + (j % 4) * 4096, 128, 256));
-          }
+          for (int j = 1; j < 5; ++j) wgmma128_rs<false>(acc, qa, smem_desc_at(tile + h * 16384 + (j % 4) * 4096, 128, 256));
           wgmma_commit();
           wgmma_wait<0>();
 #pragma unroll
@@ -747,7 +728,7 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
   sink[blockIdx.x * blockDim.x + tid] = t;
 }
 
-template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0>
+template <int MODE, bool STS = true, int EPI = 1, bool SWAP = false>
 void run_pipeline(const char* name) {
   static uint8_t* src = nullptr;
   if (src == nullptr) {
@@ -791,25 +772,29 @@ void run_pipeline(const char* name) {
               best * 1e3, all[3] * 1e6 / (stages * 256.0), err == cudaSuccess ? "" : " ", err == cudaSuccess ? "" : cudaGetErrorString(err));
   cudaFree(sink);
 }
+// The split-role pipeline's cases (`pipeline` runs them alone).
+void pipeline_section() {
+  std::printf("the split-role pipeline with the kernel's memory side (124 stages of 256 keys an SM: MTP 1 64 x 64K)\n");
+  run_pipeline<3>("memory side only (producer, the raw ring)");
+  run_pipeline<1>("producer + converters (conversion, tile ring)");
+  run_pipeline<2>("producer + MMA warpgroups (tiles unwritten)");
+  run_pipeline<0>("the whole pipeline");
+  run_pipeline<0, false>("whole, the converters write no tile");
+  run_pipeline<0, true, 2>("whole, the epilogue as IMAD");
+  run_pipeline<0, true, 0>("whole, no epilogue");
+  std::printf("swapped: heads as M (query in registers, RS), 128 keys as N, the head sum across rows\n");
+  run_pipeline<2, true, 1, true>("swapped, producer + MMA warpgroups");
+  run_pipeline<0, true, 1, true>("swapped, the whole pipeline");
+  run_pipeline<0, true, 2, true>("swapped, whole, the epilogue as IMAD");
+  run_pipeline<0, true, 0, true>("swapped, whole, no epilogue");
+  run_pipeline<0, false, 1, true>("swapped, whole, the converters write no tile");
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IONBF, 0);  // each line out as it is printed (a trap keeps the rest)
   if (argc > 1 && std::string(argv[1]) == "pipeline") {  // that section alone
-    std::printf("the split-role pipeline with the kernel's memory side (124 stages of 256 keys an SM: MTP 1 64 x 64K)\n");
-    run_pipeline<3>("memory side only (producer, the raw ring)");
-    run_pipeline<1>("producer + converters (conversion, tile ring)");
-    run_pipeline<2>("producer + MMA warpgroups (tiles unwritten)");
-    run_pipeline<0>("the whole pipeline");
-    run_pipeline<0, false>("whole, the converters write no tile");
-    run_pipeline<0, true, 2>("whole, the epilogue as IMAD");
-    run_pipeline<0, true, 0>("whole, no epilogue");
-    std::printf("swapped: heads as M (query in registers, RS), 128 keys as N, the head sum across rows\n");
-    run_pipeline<2, true, 1, 1>("swapped, producer + MMA warpgroups");
-    run_pipeline<0, true, 1, 1>("swapped, the whole pipeline");
-    run_pipeline<0, true, 2, 1>("swapped, whole, the epilogue as IMAD");
-    run_pipeline<0, true, 0, 1>("swapped, whole, no epilogue");
-    run_pipeline<0, false, 1, 1>("swapped, whole, the converters write no tile");
+    pipeline_section();
     return 0;
   }
   std::printf("three warpgroups a CTA, one CTA an SM; a block: 64 keys\n");
@@ -858,11 +843,7 @@ int main(int argc, char** argv) {
   run_split<2, 80, true, false, true>("2 converters alone (80 ALU + STS + RAW)", 4);
   run_split<2, 80, true, true, true>("2 wgmma+epilogue WGs, 2 converters (80 ALU + STS + RAW)", 4);
   run_split<2, 0, false, false, true>("2 converters moving raw keys only (RAW)", 4);
-  std::printf("the split-role pipeline with the kernel's memory side (124 stages of 256 keys an SM: MTP 1 64 x 64K)\n");
-  run_pipeline<3>("memory side only (producer, the raw ring)");
-  run_pipeline<1>("producer + converters (conversion, tile ring)");
-  run_pipeline<2>("producer + MMA warpgroups (tiles unwritten)");
-  run_pipeline<0>("the whole pipeline");
+  pipeline_section();
   std::printf("interference by kind: one wgmma-only warpgroup (SS, 5 a block), two warpgroups of one\n"
               "instruction kind, nothing shared; each role's cycles an SM alone -> together\n");
   // fill sized to last about as long as the wgmma stream alone (3.2M cycles): ALU kinds 2 cycles
