@@ -125,13 +125,13 @@ __device__ __forceinline__ void epilogue(const int32_t (&acc)[32], float w, floa
 // One 64-key block on SS wgmma: five chained m64n64k32 (A's k-slice j at a_base + (j % 4) * 2 KB,
 // the query operand's slice j at q_base + j * 2 KB) into acc[CUR], then -- unless it is the first
 // block of a run -- the wait for the previous block's group and that block's epilogue.
-template <int CUR, int EPI = 1>
+template <int CUR, int EPI = 1, int KS = 5>
 __device__ __forceinline__ void ss_block(int32_t (&acc)[2][32], uint32_t a_base, uint32_t q_base, bool first, float w,
                                          float& s0, float& s1) {
   const uint32_t a[4] = {0u, 0u, 0u, 0u};  // unused: A comes from shared memory
   wgmma_fence();
 #pragma unroll
-  for (int j = 0; j < 5; ++j)
+  for (int j = 0; j < KS; ++j)
     wgmma64<true>(acc[CUR], a, smem_desc_at(a_base + (j % 4) * 2048, 128, 256), smem_desc_at(q_base + j * 2048, 128, 256));
   wgmma_commit();
   if (first) return;
@@ -548,12 +548,12 @@ __device__ __forceinline__ void pipe_wait(uint64_t* bar, uint32_t parity, int wh
 // the warp by a reduce-scatter over lane bits 4, 3, 2 (each thread ends with 4 keys' sums), the
 // warpgroup's four warps through `red` (two halves, so one barrier a chain suffices).
 // One step of the reduce-scatter: lanes that differ in bit N swap halves of v[0, 2N) and add.
-template <int N>
-__device__ __forceinline__ void scatter_step(float (&v)[32], int lane) {
+template <int N, bool SEL = true, int L>
+__device__ __forceinline__ void scatter_step(float (&v)[L], int lane) {
   const bool up = (lane & N) != 0;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
-    const float send = up ? v[i] : v[i + N], keep = up ? v[i + N] : v[i];
+    const float send = !SEL ? v[i + N] : up ? v[i] : v[i + N], keep = !SEL ? v[i] : up ? v[i + N] : v[i];
     v[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, N);
   }
 }
@@ -569,9 +569,9 @@ __device__ __forceinline__ void swap_epilogue(const int32_t (&d)[64], float w0, 
       v[2 * j + e] = EPI == 2 ? icell(d[4 * j + 2 + e], w1, icell(d[4 * j + e], w0, 0.0f))
                               : cell(d[4 * j + 2 + e], w1, cell(d[4 * j + e], w0, 0.0f));
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-  scatter_step<16>(v, lane);
-  scatter_step<8>(v, lane);
-  scatter_step<4>(v, lane);
+  scatter_step<16, EPI != 4>(v, lane);
+  scatter_step<8, EPI != 4>(v, lane);
+  scatter_step<4, EPI != 4>(v, lane);
   float* r = red + half * 512;
 #pragma unroll
   for (int i = 0; i < 4; ++i) r[warp * 128 + i * 32 + lane] = v[i];
@@ -580,7 +580,29 @@ __device__ __forceinline__ void swap_epilogue(const int32_t (&d)[64], float w0, 
   out += (r[lt] + r[128 + lt]) + (r[256 + lt] + r[384 + lt]);
 }
 
-template <int MODE, bool STS = true, int EPI = 1, bool SWAP = false>
+// The pipelined swapped form's epilogue of one 64-key chain (heads r, r + 8 of the warp's 16 for
+// 16 keys a thread): relu and the weight a cell, the two rows summed, the reduce-scatter over lane
+// bits 4, 3, 2 (two keys' sums a thread), the four warps through `red` (two halves, one barrier).
+__device__ __forceinline__ void swap_epilogue64(const int32_t (&d)[32], float w0, float w1, float* red, int half, int bar,
+                                                float& out) {
+  float v[16];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) v[2 * j + e] = cell(d[4 * j + 2 + e], w1, cell(d[4 * j + e], w0, 0.0f));
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+  scatter_step<8>(v, lane);
+  scatter_step<4>(v, lane);
+  scatter_step<2>(v, lane);
+  float* r = red + half * 256;
+  r[warp * 64 + lane] = v[0];
+  r[warp * 64 + 32 + lane] = v[1];
+  bar_sync(bar, 128);
+  const int lt = threadIdx.x & 63;
+  out += (r[lt] + r[64 + lt]) + (r[128 + lt] + r[192 + lt]);
+}
+
+template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5>
 __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stages, const uint8_t* src, volatile int* stuck) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, wg = tid / 128, lt = tid % 128;
@@ -663,7 +685,48 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
       }
     }
     t = float(acc);
-  } else if (MODE != 3 && SWAP) {  // MMA warpgroup m, swapped layout: stages m, m + 2, ...
+  } else if (MODE != 3 && SWAP == 2) {  // MMA warpgroup m, swapped, pipelined 64-key chains: stages m, m + 2, ...
+    regs_grow<152>();
+    const int m = wg - 3;
+    uint32_t qa[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) qa[i] = (tid * 2654435761u) ^ uint32_t(i);
+    int32_t acc[2][32] = {};
+    float* red = reinterpret_cast<float*>(smem + pipe::kRedOff) + m * 1024;
+    const float w0 = 0.5f + tid, w1 = 0.25f + tid;
+    float out = 0.0f;
+    int half = 0;
+    for (int s = m; s < stages; s += 2) {
+      const int ts = s % pipe::kTileSlots;
+      pipe_wait(&tile_full[ts], uint32_t((s / pipe::kTileSlots) & 1), 4 * 100000 + wg * 1000 + s, stuck);
+      const uint32_t tile = base + pipe::kTileOff + ts * pipe::kTileBytes;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {  // chain c's wgmma, then chain c - 1's epilogue while they run
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < KS; ++j)
+          wgmma64<false>(acc[c & 1], qa, 0, smem_desc_at(tile + c * 8192 + (j % 4) * 2048, 128, 256));
+        wgmma_commit();
+        if (c > 0) {
+          wgmma_wait<1>();
+#pragma unroll
+          for (int i = 0; i < 32; ++i) pin(acc[(c - 1) & 1][i]);
+          if constexpr (EPI != 0) swap_epilogue64(acc[(c - 1) & 1], w0, w1, red, half, 1 + m, out);
+          half ^= 1;
+        }
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < 32; ++i) pin(acc[1][i]);
+      mbar_arrive(&tile_empty[ts]);  // the stage's tile is read
+      if constexpr (EPI != 0) swap_epilogue64(acc[1], w0, w1, red, half, 1 + m, out);
+      half ^= 1;
+    }
+    t = out;
+    for (int i = 0; i < 32; ++i) t += float(acc[0][i] + acc[1][i]);
+    sink[blockIdx.x * blockDim.x + tid] = t;
+    return;
+  } else if (MODE != 3 && SWAP == 1) {  // MMA warpgroup m, swapped layout: stages m, m + 2, ...
     regs_grow<152>();
     const int m = wg - 3;
     // The query's A fragment (garbage values), in registers for the launch: one for the five k
@@ -712,10 +775,10 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
       pipe_wait(&tile_full[ts], uint32_t((s / pipe::kTileSlots) & 1), 4 * 100000 + wg * 1000 + s, stuck);
       if (MODE != 1) {
         const uint32_t tile = base + pipe::kTileOff + ts * pipe::kTileBytes, q = base + pipe::kQOff;
-        ss_block<0, EPI>(acc, tile, q, true, w, s0, s1);  // the stage's four M blocks, 8 KB of tile each
-        ss_block<1, EPI>(acc, tile + 8192, q, false, w, s0, s1);
-        ss_block<0, EPI>(acc, tile + 16384, q, false, w, s0, s1);
-        ss_block<1, EPI>(acc, tile + 24576, q, false, w, s0, s1);
+        ss_block<0, EPI, KS>(acc, tile, q, true, w, s0, s1);  // the stage's four M blocks, 8 KB of tile each
+        ss_block<1, EPI, KS>(acc, tile + 8192, q, false, w, s0, s1);
+        ss_block<0, EPI, KS>(acc, tile + 16384, q, false, w, s0, s1);
+        ss_block<1, EPI, KS>(acc, tile + 24576, q, false, w, s0, s1);
         wgmma_wait<0>();
         for (int i = 0; i < 32; ++i) pin(acc[1][i]);
         if constexpr (EPI != 0) epilogue<EPI>(acc[1], w, s0, s1);
@@ -728,7 +791,7 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
   sink[blockIdx.x * blockDim.x + tid] = t;
 }
 
-template <int MODE, bool STS = true, int EPI = 1, bool SWAP = false>
+template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5>
 void run_pipeline(const char* name) {
   static uint8_t* src = nullptr;
   if (src == nullptr) {
@@ -740,7 +803,7 @@ void run_pipeline(const char* name) {
   const int stages = 124;  // 31744 keys an SM: MTP 1, 64 sequences x 64K keys
   float* sink = nullptr;
   cudaMalloc(&sink, size_t(sms) * 640 * 4);
-  auto kernel = pipeline_kernel<MODE, STS, EPI, SWAP>;
+  auto kernel = pipeline_kernel<MODE, STS, EPI, SWAP, KS>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pipe::kSmemBytes);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
@@ -783,11 +846,21 @@ void pipeline_section() {
   run_pipeline<0, true, 2>("whole, the epilogue as IMAD");
   run_pipeline<0, true, 0>("whole, no epilogue");
   std::printf("swapped: heads as M (query in registers, RS), 128 keys as N, the head sum across rows\n");
-  run_pipeline<2, true, 1, true>("swapped, producer + MMA warpgroups");
-  run_pipeline<0, true, 1, true>("swapped, the whole pipeline");
-  run_pipeline<0, true, 2, true>("swapped, whole, the epilogue as IMAD");
-  run_pipeline<0, true, 0, true>("swapped, whole, no epilogue");
-  run_pipeline<0, false, 1, true>("swapped, whole, the converters write no tile");
+  run_pipeline<2, true, 1, 1>("swapped, producer + MMA warpgroups");
+  run_pipeline<0, true, 1, 1>("swapped, the whole pipeline");
+  run_pipeline<0, true, 2, 1>("swapped, whole, the epilogue as IMAD");
+  run_pipeline<0, true, 0, 1>("swapped, whole, no epilogue");
+  run_pipeline<0, false, 1, 1>("swapped, whole, the converters write no tile");
+  run_pipeline<0, true, 4, 1>("swapped, whole, head sum shuffles without selects");
+  std::printf("signed keys: four k-slices a block, no bias slice\n");
+  run_pipeline<2, true, 1, 0, 4>("4 slices, producer + MMA warpgroups");
+  run_pipeline<0, true, 1, 0, 4>("4 slices, the whole pipeline");
+  run_pipeline<0, true, 0, 0, 4>("4 slices, whole, no epilogue");
+  std::printf("swapped, pipelined: 64-key chains (m64n64k32, RS), chain c's epilogue under chain c + 1's wgmma\n");
+  run_pipeline<2, true, 1, 2>("swapped64, producer + MMA warpgroups");
+  run_pipeline<0, true, 1, 2>("swapped64, the whole pipeline");
+  run_pipeline<0, true, 0, 2>("swapped64, whole, no epilogue");
+  run_pipeline<0, true, 1, 2, 4>("swapped64, whole, 4 slices");
 }
 }  // namespace
 
