@@ -543,10 +543,12 @@ __device__ __forceinline__ void pipe_wait(uint64_t* bar, uint32_t parity, int wh
   }
 }
 
-// The swapped layout's epilogue for one 128-key chain: a thread holds heads r, r + 8 of its warp's 16
-// (rows) for 32 keys (columns); relu and the weight a cell, the two rows summed, the 16 heads of
-// the warp by a reduce-scatter over lane bits 4, 3, 2 (each thread ends with 4 keys' sums), the
-// warpgroup's four warps through `red` (two halves, so one barrier a chain suffices).
+// The swapped layout's epilogue for one chain of KEYS keys (128, or 64 in the pipelined form): a
+// thread holds heads r, r + 8 of its warp's 16 (rows) for KEYS / 4 keys (columns); relu and the
+// weight a cell, the two rows summed, the 16 heads of the warp by a reduce-scatter over lane bits
+// 4, 3, 2 (each thread ends with KEYS / 32 keys' sums), the warpgroup's four warps through `red`
+// (two halves, so one barrier a chain suffices). EPI 2: the cells as IMAD; 4: the reduce-scatter
+// without its selects (wrong sums, the same shuffles).
 // One step of the reduce-scatter: lanes that differ in bit N swap halves of v[0, 2N) and add.
 template <int N, bool SEL = true, int L>
 __device__ __forceinline__ void scatter_step(float (&v)[L], int lane) {
@@ -558,49 +560,44 @@ __device__ __forceinline__ void scatter_step(float (&v)[L], int lane) {
   }
 }
 
-template <int EPI>
-__device__ __forceinline__ void swap_epilogue(const int32_t (&d)[64], float w0, float w1, float* red, int half, int bar,
-                                              float& out) {
-  float v[32];
+template <int EPI, int KEYS = 128>
+__device__ __forceinline__ void swap_epilogue(const int32_t (&d)[KEYS / 2], float w0, float w1, float* red, int half,
+                                              int bar, float& out) {
+  constexpr int L = KEYS / 4;  // a thread's keys
+  float v[L];
 #pragma unroll
-  for (int j = 0; j < 16; ++j)
+  for (int j = 0; j < L / 2; ++j)
 #pragma unroll
     for (int e = 0; e < 2; ++e)
       v[2 * j + e] = EPI == 2 ? icell(d[4 * j + 2 + e], w1, icell(d[4 * j + e], w0, 0.0f))
                               : cell(d[4 * j + 2 + e], w1, cell(d[4 * j + e], w0, 0.0f));
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-  scatter_step<16, EPI != 4>(v, lane);
-  scatter_step<8, EPI != 4>(v, lane);
-  scatter_step<4, EPI != 4>(v, lane);
-  float* r = red + half * 512;
+  scatter_step<L / 2, EPI != 4>(v, lane);
+  scatter_step<L / 4, EPI != 4>(v, lane);
+  scatter_step<L / 8, EPI != 4>(v, lane);
+  float* r = red + half * 4 * KEYS;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) r[warp * 128 + i * 32 + lane] = v[i];
+  for (int i = 0; i < L / 8; ++i) r[warp * KEYS + i * 32 + lane] = v[i];
   bar_sync(bar, 128);
-  const int lt = threadIdx.x & 127;
-  out += (r[lt] + r[128 + lt]) + (r[256 + lt] + r[384 + lt]);
+  const int lt = threadIdx.x & (KEYS - 1);
+  out += (r[lt] + r[KEYS + lt]) + (r[2 * KEYS + lt] + r[3 * KEYS + lt]);
 }
 
-// The pipelined swapped form's epilogue of one 64-key chain (heads r, r + 8 of the warp's 16 for
-// 16 keys a thread): relu and the weight a cell, the two rows summed, the reduce-scatter over lane
-// bits 4, 3, 2 (two keys' sums a thread), the four warps through `red` (two halves, one barrier).
-__device__ __forceinline__ void swap_epilogue64(const int32_t (&d)[32], float w0, float w1, float* red, int half, int bar,
-                                                float& out) {
-  float v[16];
+// A swapped MMA warpgroup's fixed state: its index m, the query's A fragment (garbage values), in
+// registers for the launch -- one for the five k steps: with five (20 registers, as a kernel
+// needs) ptxas kept the MMA region near 108 registers whatever setmaxnreg asked, spilled them
+// and serialized the wgmma (C7512) -- its half of the head-sum buffer, two weights.
+struct SwapRole {
+  int m;
+  uint32_t qa[4];
+  float* red;
+  float w0, w1;
+  __device__ SwapRole(int tid, int wg, uint8_t* smem)
+      : m(wg - 3), red(reinterpret_cast<float*>(smem + pipe::kRedOff) + (wg - 3) * 1024), w0(0.5f + tid), w1(0.25f + tid) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) v[2 * j + e] = cell(d[4 * j + 2 + e], w1, cell(d[4 * j + e], w0, 0.0f));
-  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-  scatter_step<8>(v, lane);
-  scatter_step<4>(v, lane);
-  scatter_step<2>(v, lane);
-  float* r = red + half * 256;
-  r[warp * 64 + lane] = v[0];
-  r[warp * 64 + 32 + lane] = v[1];
-  bar_sync(bar, 128);
-  const int lt = threadIdx.x & 63;
-  out += (r[lt] + r[64 + lt]) + (r[128 + lt] + r[192 + lt]);
-}
+    for (int i = 0; i < 4; ++i) qa[i] = (tid * 2654435761u) ^ uint32_t(i);
+  }
+};
 
 template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5>
 __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stages, const uint8_t* src, volatile int* stuck) {
@@ -687,13 +684,12 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
     t = float(acc);
   } else if (MODE != 3 && SWAP == 2) {  // MMA warpgroup m, swapped, pipelined 64-key chains: stages m, m + 2, ...
     regs_grow<152>();
-    const int m = wg - 3;
-    uint32_t qa[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) qa[i] = (tid * 2654435761u) ^ uint32_t(i);
+    const SwapRole role(tid, wg, smem);
+    const int m = role.m;
+    const float w0 = role.w0, w1 = role.w1;
+    const uint32_t(&qa)[4] = role.qa;
+    float* red = role.red;
     int32_t acc[2][32] = {};
-    float* red = reinterpret_cast<float*>(smem + pipe::kRedOff) + m * 1024;
-    const float w0 = 0.5f + tid, w1 = 0.25f + tid;
     float out = 0.0f;
     int half = 0;
     for (int s = m; s < stages; s += 2) {
@@ -711,7 +707,7 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
           wgmma_wait<1>();
 #pragma unroll
           for (int i = 0; i < 32; ++i) pin(acc[(c - 1) & 1][i]);
-          if constexpr (EPI != 0) swap_epilogue64(acc[(c - 1) & 1], w0, w1, red, half, 1 + m, out);
+          if constexpr (EPI != 0) swap_epilogue<EPI, 64>(acc[(c - 1) & 1], w0, w1, red, half, 1 + m, out);
           half ^= 1;
         }
       }
@@ -719,7 +715,7 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
 #pragma unroll
       for (int i = 0; i < 32; ++i) pin(acc[1][i]);
       mbar_arrive(&tile_empty[ts]);  // the stage's tile is read
-      if constexpr (EPI != 0) swap_epilogue64(acc[1], w0, w1, red, half, 1 + m, out);
+      if constexpr (EPI != 0) swap_epilogue<EPI, 64>(acc[1], w0, w1, red, half, 1 + m, out);
       half ^= 1;
     }
     t = out;
@@ -728,16 +724,12 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
     return;
   } else if (MODE != 3 && SWAP == 1) {  // MMA warpgroup m, swapped layout: stages m, m + 2, ...
     regs_grow<152>();
-    const int m = wg - 3;
-    // The query's A fragment (garbage values), in registers for the launch: one for the five k
-    // steps -- with five (20 registers, as a kernel needs) ptxas kept the MMA region near 108
-    // registers whatever setmaxnreg asked, spilled them and serialized the wgmma (C7512).
-    uint32_t qa[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) qa[i] = (tid * 2654435761u) ^ uint32_t(i);
+    const SwapRole role(tid, wg, smem);
+    const int m = role.m;
+    const float w0 = role.w0, w1 = role.w1;
+    const uint32_t(&qa)[4] = role.qa;
+    float* red = role.red;
     int32_t acc[64];
-    float* red = reinterpret_cast<float*>(smem + pipe::kRedOff) + m * 1024;
-    const float w0 = 0.5f + tid, w1 = 0.25f + tid;
     float out = 0.0f;
     int half = 0;
     for (int s = m; s < stages; s += 2) {
