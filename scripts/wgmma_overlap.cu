@@ -510,11 +510,14 @@ void run_interfere(const char* kind, int fill_steps) {
 // MODE 0: everything; 1: converters only (the MMA warpgroups release each tile untouched); 2:
 // MMA only (the converters release each raw stage and hand on the tile unwritten); 3: the memory
 // side only. STS false: the converters convert but write no tile; EPI: the MMA warpgroups'
-// epilogue (1 FP32 cells, 2 the same count of IMAD, 0 none). SWAP: the MMA warpgroups in the
+// epilogue (1 FP32 cells, 2 the same count of IMAD, 0 none; swapped: 4 the head sum without its
+// selects). SWAP 1: the MMA warpgroups in the
 // swapped layout -- the query's 64 heads as wgmma's M, in registers (RS, read from no shared
 // memory), the stage's keys as N (two m64n128k32 chains of five), the head sum across the
 // accumulator's rows (a reduce-scatter over the lanes of a row group, then the four warps through
-// shared memory); the registers reallocated (producer 24, converters 72, MMA 152).
+// shared memory); the registers reallocated (producer 24, converters 72, MMA 152). SWAP 2: the
+// same with 64-key chains (m64n64k32), chain c's epilogue while chain c + 1's wgmma run. KS: k-slices
+// a block (5: with the bias slice; 4: signed keys, none).
 namespace pipe {
 // Both rings have an even number of slots, so that each slot serves one converter (and one MMA
 // warpgroup) only: with two converters sharing a slot, one could poll a parity two phases
