@@ -546,12 +546,6 @@ __device__ __forceinline__ void pipe_wait(uint64_t* bar, uint32_t parity, int wh
   }
 }
 
-// The swapped layout's epilogue for one chain of KEYS keys (128, or 64 in the pipelined form): a
-// thread holds heads r, r + 8 of its warp's 16 (rows) for KEYS / 4 keys (columns); relu and the
-// weight a cell, the two rows summed, the 16 heads of the warp by a reduce-scatter over lane bits
-// 4, 3, 2 (each thread ends with KEYS / 32 keys' sums), the warpgroup's four warps through `red`
-// (two halves, so one barrier a chain suffices). EPI 2: the cells as IMAD; 4: the reduce-scatter
-// without its selects (wrong sums, the same shuffles).
 // One step of the reduce-scatter: lanes that differ in bit N swap halves of v[0, 2N) and add.
 template <int N, bool SEL = true, int L>
 __device__ __forceinline__ void scatter_step(float (&v)[L], int lane) {
@@ -563,6 +557,12 @@ __device__ __forceinline__ void scatter_step(float (&v)[L], int lane) {
   }
 }
 
+// The swapped layout's epilogue for one chain of KEYS keys (128, or 64 in the pipelined form): a
+// thread holds heads r, r + 8 of its warp's 16 (rows) for KEYS / 4 keys (columns); relu and the
+// weight a cell, the two rows summed, the 16 heads of the warp by a reduce-scatter over lane bits
+// 4, 3, 2 (each thread ends with KEYS / 32 keys' sums), the warpgroup's four warps through `red`
+// (two halves, so one barrier a chain suffices). EPI 2: the cells as IMAD; 4: the reduce-scatter
+// without its selects (wrong sums, the same shuffles).
 template <int EPI, int KEYS = 128>
 __device__ __forceinline__ void swap_epilogue(const int32_t (&d)[KEYS / 2], float w0, float w1, float* red, int half,
                                               int bar, float& out) {
@@ -687,15 +687,11 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
     t = float(acc);
   } else if (MODE != 3 && SWAP == 2) {  // MMA warpgroup m, swapped, pipelined 64-key chains: stages m, m + 2, ...
     regs_grow<152>();
-    const SwapRole role(tid, wg, smem);
-    const int m = role.m;
-    const float w0 = role.w0, w1 = role.w1;
-    const uint32_t(&qa)[4] = role.qa;
-    float* red = role.red;
+    const SwapRole r(tid, wg, smem);
     int32_t acc[2][32] = {};
     float out = 0.0f;
     int half = 0;
-    for (int s = m; s < stages; s += 2) {
+    for (int s = r.m; s < stages; s += 2) {
       const int ts = s % pipe::kTileSlots;
       pipe_wait(&tile_full[ts], uint32_t((s / pipe::kTileSlots) & 1), 4 * 100000 + wg * 1000 + s, stuck);
       const uint32_t tile = base + pipe::kTileOff + ts * pipe::kTileBytes;
@@ -704,13 +700,13 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
         wgmma_fence();
 #pragma unroll
         for (int j = 0; j < KS; ++j)
-          wgmma64<false>(acc[c & 1], qa, 0, smem_desc_at(tile + c * 8192 + (j % 4) * 2048, 128, 256));
+          wgmma64<false>(acc[c & 1], r.qa, 0, smem_desc_at(tile + c * 8192 + (j % 4) * 2048, 128, 256));
         wgmma_commit();
         if (c > 0) {
           wgmma_wait<1>();
 #pragma unroll
           for (int i = 0; i < 32; ++i) pin(acc[(c - 1) & 1][i]);
-          if constexpr (EPI != 0) swap_epilogue<EPI, 64>(acc[(c - 1) & 1], w0, w1, red, half, 1 + m, out);
+          if constexpr (EPI != 0) swap_epilogue<EPI, 64>(acc[(c - 1) & 1], r.w0, r.w1, r.red, half, 1 + r.m, out);
           half ^= 1;
         }
       }
@@ -718,7 +714,7 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
 #pragma unroll
       for (int i = 0; i < 32; ++i) pin(acc[1][i]);
       mbar_arrive(&tile_empty[ts]);  // the stage's tile is read
-      if constexpr (EPI != 0) swap_epilogue<EPI, 64>(acc[1], w0, w1, red, half, 1 + m, out);
+      if constexpr (EPI != 0) swap_epilogue<EPI, 64>(acc[1], r.w0, r.w1, r.red, half, 1 + r.m, out);
       half ^= 1;
     }
     t = out;
@@ -727,15 +723,11 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
     return;
   } else if (MODE != 3 && SWAP == 1) {  // MMA warpgroup m, swapped layout: stages m, m + 2, ...
     regs_grow<152>();
-    const SwapRole role(tid, wg, smem);
-    const int m = role.m;
-    const float w0 = role.w0, w1 = role.w1;
-    const uint32_t(&qa)[4] = role.qa;
-    float* red = role.red;
+    const SwapRole r(tid, wg, smem);
     int32_t acc[64];
     float out = 0.0f;
     int half = 0;
-    for (int s = m; s < stages; s += 2) {
+    for (int s = r.m; s < stages; s += 2) {
       const int ts = s % pipe::kTileSlots;
       pipe_wait(&tile_full[ts], uint32_t((s / pipe::kTileSlots) & 1), 4 * 100000 + wg * 1000 + s, stuck);
       if (MODE != 1) {
@@ -744,14 +736,14 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
         for (int h = 0; h < 2; ++h) {
           wgmma_fence();
 #pragma unroll
-          wgmma128_rs<true>(acc, qa, smem_desc_at(tile + h * 16384, 128, 256));
+          wgmma128_rs<true>(acc, r.qa, smem_desc_at(tile + h * 16384, 128, 256));
 #pragma unroll
-          for (int j = 1; j < 5; ++j) wgmma128_rs<false>(acc, qa, smem_desc_at(tile + h * 16384 + (j % 4) * 4096, 128, 256));
+          for (int j = 1; j < 5; ++j) wgmma128_rs<false>(acc, r.qa, smem_desc_at(tile + h * 16384 + (j % 4) * 4096, 128, 256));
           wgmma_commit();
           wgmma_wait<0>();
 #pragma unroll
           for (int i = 0; i < 64; ++i) pin(acc[i]);
-          if constexpr (EPI != 0) swap_epilogue<EPI>(acc, w0, w1, red, half, 1 + m, out);
+          if constexpr (EPI != 0) swap_epilogue<EPI>(acc, r.w0, r.w1, r.red, half, 1 + r.m, out);
           half ^= 1;
         }
       }
