@@ -55,15 +55,15 @@ __device__ __forceinline__ void wgmma64(int32_t (&d)[32], const uint32_t (&a)[4]
 }
 
 // D (+)= A x B, 64 x 128 x 32, s8 (registers) x u8 (shared) -> s32: the swapped layout's wgmma
-// (the query's heads as M, in registers; 128 keys as N, from the tile). START: D = A x B with D
-// write-only (its registers free until the chain starts), else D += A x B.
+// (the query's heads as M, in registers; 128 keys as N, from the tile). START: D = A x B, else
+// D += A x B.
 #define D64 "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" "}"
 template <bool START>
 __device__ __forceinline__ void wgmma128_rs(int32_t (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
-  if constexpr (START)
+  if constexpr (START)  // D read-write even so: with write-only D ptxas serializes two accumulators' chains (C7512)
     asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, 0, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.u8 " D64 ", {%64, %65, %66, %67}, %68, p;\n}\n"
-                 : REGS32("=r", d), REGS32("=r", (d + 32))
+                 : ACC32(d), ACC32((d + 32))
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
   else
     asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.u8 " D64 ", {%64, %65, %66, %67}, %68, 1;\n"
@@ -92,6 +92,17 @@ __device__ __forceinline__ float icell(int32_t i, float w, float acc) {
                : "=r"(y)
                : "r"(uint32_t(i)), "r"(__float_as_uint(w)), "r"(__float_as_uint(acc)));
   return __uint_as_float(y);
+}
+
+// relu on the integer (IMNMX, off the FP32 pipe) and one FMA on its bits read as a subnormal
+// float (i x 2^-149, exact below 2^23): the weight carries the 2^149 (a kernel splits it between
+// the weight and the key's factor so that neither overflows); one FP32 instruction a cell
+__device__ __forceinline__ float scell(int32_t i, float w, float acc) {
+  float y;
+  asm volatile("{\n.reg .b32 t;\nmax.s32 t, %1, 0;\nfma.rn.f32 %0, t, %2, %3;\n}"
+               : "=f"(y)
+               : "r"(i), "f"(w), "f"(acc));
+  return y;
 }
 
 constexpr int kSmem = 64 * 1024;
@@ -562,7 +573,7 @@ __device__ __forceinline__ void scatter_step(float (&v)[L], int lane) {
 // weight a cell, the two rows summed, the 16 heads of the warp by a reduce-scatter over lane bits
 // 4, 3, 2 (each thread ends with KEYS / 32 keys' sums), the warpgroup's four warps through `red`
 // (two halves, so one barrier a chain suffices). EPI 2: the cells as IMAD; 4: the reduce-scatter
-// without its selects (wrong sums, the same shuffles).
+// without its selects (wrong sums, the same shuffles); 5: the cells as IMNMX + one FMA (scell).
 template <int EPI, int KEYS = 128>
 __device__ __forceinline__ void swap_epilogue(const int32_t (&d)[KEYS / 2], float w0, float w1, float* red, int half,
                                               int bar, float& out) {
@@ -572,8 +583,9 @@ __device__ __forceinline__ void swap_epilogue(const int32_t (&d)[KEYS / 2], floa
   for (int j = 0; j < L / 2; ++j)
 #pragma unroll
     for (int e = 0; e < 2; ++e)
-      v[2 * j + e] = EPI == 2 ? icell(d[4 * j + 2 + e], w1, icell(d[4 * j + e], w0, 0.0f))
-                              : cell(d[4 * j + 2 + e], w1, cell(d[4 * j + e], w0, 0.0f));
+      v[2 * j + e] = EPI == 2   ? icell(d[4 * j + 2 + e], w1, icell(d[4 * j + e], w0, 0.0f))
+                     : EPI == 5 ? scell(d[4 * j + 2 + e], w1, scell(d[4 * j + e], w0, 0.0f))
+                                : cell(d[4 * j + 2 + e], w1, cell(d[4 * j + e], w0, 0.0f));
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
   scatter_step<L / 2, EPI != 4>(v, lane);
   scatter_step<L / 4, EPI != 4>(v, lane);
@@ -595,15 +607,28 @@ struct SwapRole {
   uint32_t qa[4];
   float* red;
   float w0, w1;
-  __device__ SwapRole(int tid, int wg, uint8_t* smem)
-      : m(wg - 3), red(reinterpret_cast<float*>(smem + pipe::kRedOff) + (wg - 3) * 1024), w0(0.5f + tid), w1(0.25f + tid) {
+  __device__ SwapRole(int tid, int m_, uint8_t* smem)
+      : m(m_), red(reinterpret_cast<float*>(smem + pipe::kRedOff) + m_ * 1024), w0(0.5f + tid), w1(0.25f + tid) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) qa[i] = (tid * 2654435761u) ^ uint32_t(i);
   }
 };
 
-template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5>
-__global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stages, const uint8_t* src, volatile int* stuck) {
+// The registers a thread of each role gets (setmaxnreg): the launch's cap (65536 over its threads,
+// a multiple of 8) is the pool; the producer warpgroup 24, each converter 72, the MMA warpgroups
+// 152 (SWAP 1, 2) or what is left, at most 240 (SWAP 3, 4).
+template <int SWAP, int CONV, int MMAW>
+struct PipeRegs {
+  static constexpr int kThreads = 128 * (1 + CONV + MMAW), kCap = 65536 / kThreads / 8 * 8;
+  static constexpr int kLeft = (kCap * kThreads - 128 * 24 - CONV * 128 * 72) / (MMAW * 128) / 8 * 8;
+  static constexpr int kMma = SWAP >= 3 ? (kLeft < 240 ? kLeft : 240) : 152;
+  static_assert(SWAP == 0 || 128 * 24 + CONV * 128 * 72 + MMAW * 128 * kMma <= kCap * kThreads, "register pool");
+};
+
+template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2>
+__global__ void __launch_bounds__(128 * (1 + CONV + MMAW), 1)
+    pipeline_kernel(float* sink, int stages, const uint8_t* src, volatile int* stuck) {
+  using Regs = PipeRegs<SWAP, CONV, MMAW>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, wg = tid / 128, lt = tid % 128;
   uint64_t* raw_full = reinterpret_cast<uint64_t*>(smem + pipe::kBarOff);
@@ -641,12 +666,12 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
         mbar_arrive(&raw_full[slot]);
       }
     }
-  } else if (wg <= 2) {  // converter c: stages c, c + 2, ...
+  } else if (wg <= CONV) {  // converter c: stages c, c + CONV, ...
     if constexpr (SWAP) regs_shrink<72>();
     const int c = wg - 1;
     const uint32_t ones = kPipeOnes;
     uint32_t acc = 0;
-    for (int s = c; s < stages; s += 2) {
+    for (int s = c; s < stages; s += CONV) {
       const int slot = s % pipe::kRawSlots, ts = s % pipe::kTileSlots;
       pipe_wait(&raw_full[slot], uint32_t((s / pipe::kRawSlots) & 1), 2 * 100000 + wg * 1000 + s, stuck);
       if (MODE != 2 && MODE != 3) {
@@ -685,13 +710,69 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
       }
     }
     t = float(acc);
+  } else if (MODE != 3 && SWAP >= 3) {  // MMA warpgroup m, swapped, two 128-key accumulators: stages m, m + MMAW, ...
+    regs_grow<Regs::kMma>();
+    const SwapRole r(tid, wg - 1 - CONV, smem);
+    uint32_t q[5][4];  // the query's five k-slice fragments (garbage values), as a kernel holds them
+#pragma unroll
+    for (int j = 0; j < 5; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) q[j][i] = r.qa[i] ^ (uint32_t(j) << 8);
+    int32_t acc[2][64] = {};
+    float out = 0.0f;
+    int half = 0;
+    const auto chain = [&](int32_t(&d)[64], uint32_t tile) {  // five (KS) RS wgmma into d, one group
+      wgmma_fence();
+      wgmma128_rs<true>(d, q[0], smem_desc_at(tile, 128, 256));
+#pragma unroll
+      for (int j = 1; j < KS; ++j) wgmma128_rs<false>(d, q[j], smem_desc_at(tile + (j % 4) * 4096, 128, 256));
+      wgmma_commit();
+    };
+    // An iteration: PER of this warpgroup's stages, 2 PER chains into acc[c % 2], chain c - 1's
+    // epilogue under chain c's wgmma; everything retired at its end (a group in flight across the
+    // loop's back edge makes ptxas serialize the wgmma, C7514), so the last epilogue runs alone.
+    constexpr int PER = SWAP == 4 ? 2 : 1;
+    for (int s0 = r.m; s0 < stages; s0 += PER * MMAW) {
+#pragma unroll
+      for (int c = 0; c < 2 * PER; ++c) {
+        const int s = s0 + (c / 2) * MMAW, ts = s % pipe::kTileSlots;
+        // no watchdog here: its C++ loop is a divergent path to ptxas, and with accumulators live
+        // across it the wgmma are serialized (C7520); the PTX loop is not
+        if (c % 2 == 0) mbar_wait(&tile_full[ts], uint32_t((s / pipe::kTileSlots) & 1));
+        if constexpr (MODE == 1) {
+          if (c % 2 == 1) mbar_arrive(&tile_empty[ts]);
+          continue;
+        }
+        chain(acc[c % 2], base + pipe::kTileOff + ts * pipe::kTileBytes + (c % 2) * 16384);
+        if (c == 0) continue;
+        wgmma_wait<1>();
+#pragma unroll
+        for (int i = 0; i < 64; ++i) pin(acc[(c - 1) % 2][i]);
+        if (c % 2 == 0) mbar_arrive(&tile_empty[(s - MMAW) % pipe::kTileSlots]);  // chain c - 1 ended the previous stage
+        if constexpr (EPI != 0) swap_epilogue<EPI>(acc[(c - 1) % 2], r.w0, r.w1, r.red, half, 1 + r.m, out);
+        half ^= 1;
+      }
+      if constexpr (MODE != 1) {
+        const int s = s0 + (PER - 1) * MMAW;
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < 64; ++i) pin(acc[1][i]);
+        mbar_arrive(&tile_empty[s % pipe::kTileSlots]);
+        if constexpr (EPI != 0) swap_epilogue<EPI>(acc[1], r.w0, r.w1, r.red, half, 1 + r.m, out);
+        half ^= 1;
+      }
+    }
+    t = out;
+    for (int i = 0; i < 64; ++i) t += float(acc[0][i] + acc[1][i]);
+    sink[blockIdx.x * blockDim.x + tid] = t;
+    return;
   } else if (MODE != 3 && SWAP == 2) {  // MMA warpgroup m, swapped, pipelined 64-key chains: stages m, m + 2, ...
-    regs_grow<152>();
-    const SwapRole r(tid, wg, smem);
+    regs_grow<Regs::kMma>();
+    const SwapRole r(tid, wg - 1 - CONV, smem);
     int32_t acc[2][32] = {};
     float out = 0.0f;
     int half = 0;
-    for (int s = r.m; s < stages; s += 2) {
+    for (int s = r.m; s < stages; s += MMAW) {
       const int ts = s % pipe::kTileSlots;
       pipe_wait(&tile_full[ts], uint32_t((s / pipe::kTileSlots) & 1), 4 * 100000 + wg * 1000 + s, stuck);
       const uint32_t tile = base + pipe::kTileOff + ts * pipe::kTileBytes;
@@ -722,12 +803,12 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
     sink[blockIdx.x * blockDim.x + tid] = t;
     return;
   } else if (MODE != 3 && SWAP == 1) {  // MMA warpgroup m, swapped layout: stages m, m + 2, ...
-    regs_grow<152>();
-    const SwapRole r(tid, wg, smem);
+    regs_grow<Regs::kMma>();
+    const SwapRole r(tid, wg - 1 - CONV, smem);
     int32_t acc[64];
     float out = 0.0f;
     int half = 0;
-    for (int s = r.m; s < stages; s += 2) {
+    for (int s = r.m; s < stages; s += MMAW) {
       const int ts = s % pipe::kTileSlots;
       pipe_wait(&tile_full[ts], uint32_t((s / pipe::kTileSlots) & 1), 4 * 100000 + wg * 1000 + s, stuck);
       if (MODE != 1) {
@@ -753,11 +834,11 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
     for (int i = 0; i < 64; ++i) t += float(acc[i]);
     sink[blockIdx.x * blockDim.x + tid] = t;  // here, not after the roles join (the join's
     return;                                   // register budget is the smallest role's)
-  } else if (MODE != 3) {  // MMA warpgroup m: stages m, m + 2, ...
-    const int m = wg - 3;
+  } else if (MODE != 3) {  // MMA warpgroup m: stages m, m + MMAW, ...
+    const int m = wg - 1 - CONV;
     int32_t acc[2][32] = {};
     float w = 0.5f + tid, s0 = 0.0f, s1 = 0.0f;
-    for (int s = m; s < stages; s += 2) {
+    for (int s = m; s < stages; s += MMAW) {
       const int ts = s % pipe::kTileSlots;
       pipe_wait(&tile_full[ts], uint32_t((s / pipe::kTileSlots) & 1), 4 * 100000 + wg * 1000 + s, stuck);
       if (MODE != 1) {
@@ -778,8 +859,9 @@ __global__ void __launch_bounds__(640, 1) pipeline_kernel(float* sink, int stage
   sink[blockIdx.x * blockDim.x + tid] = t;
 }
 
-template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5>
+template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2>
 void run_pipeline(const char* name) {
+  constexpr int threads = PipeRegs<SWAP, CONV, MMAW>::kThreads;
   static uint8_t* src = nullptr;
   if (src == nullptr) {
     cudaMalloc(&src, pipe::kChunks * pipe::kRawBytes);
@@ -789,8 +871,8 @@ void run_pipeline(const char* name) {
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const int stages = 124;  // 31744 keys an SM: MTP 1, 64 sequences x 64K keys
   float* sink = nullptr;
-  cudaMalloc(&sink, size_t(sms) * 640 * 4);
-  auto kernel = pipeline_kernel<MODE, STS, EPI, SWAP, KS>;
+  cudaMalloc(&sink, size_t(sms) * threads * 4);
+  auto kernel = pipeline_kernel<MODE, STS, EPI, SWAP, KS, CONV, MMAW>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pipe::kSmemBytes);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
@@ -805,7 +887,7 @@ void run_pipeline(const char* name) {
   float best = 1e30f, all[7];
   for (int r = 0; r < 7; ++r) {
     cudaEventRecord(e0);
-    kernel<<<sms, 640, pipe::kSmemBytes>>>(sink, stages, src, stuck_dev);
+    kernel<<<sms, threads, pipe::kSmemBytes>>>(sink, stages, src, stuck_dev);
     cudaEventRecord(e1);
     cudaEventSynchronize(e1);
     cudaEventElapsedTime(&all[r], e0, e1);
@@ -848,6 +930,21 @@ void pipeline_section() {
   run_pipeline<0, true, 1, 2>("swapped64, the whole pipeline");
   run_pipeline<0, true, 0, 2>("swapped64, whole, no epilogue");
   run_pipeline<0, true, 1, 2, 4>("swapped64, whole, 4 slices");
+  std::printf("swapped, each MMA warpgroup two 128-key accumulators (chain c's epilogue under chain c + 1's\n"
+              "wgmma; 2acc: a stage an iteration, 2acc2: two), five query fragments in registers;\n"
+              "EPI 5: relu on the integer + one FMA a cell\n");
+  run_pipeline<0, true, 5, 1>("swapped, whole, IMNMX + FMA cells");
+  run_pipeline<0, true, 1, 3, 5, 2, 1>("2acc, 2 conv + 1 MMA WG (240), whole");
+  run_pipeline<0, true, 5, 3, 5, 2, 1>("2acc, 2 conv + 1 MMA, IMNMX + FMA cells");
+  run_pipeline<0, true, 0, 3, 5, 2, 1>("2acc, 2 conv + 1 MMA, no epilogue");
+  run_pipeline<0, true, 5, 3, 4, 2, 1>("2acc, 2 conv + 1 MMA, IMNMX + FMA, 4 slices");
+  run_pipeline<0, true, 5, 4, 5, 2, 1>("2acc2, 2 conv + 1 MMA, IMNMX + FMA cells");
+  run_pipeline<1, true, 1, 3, 5, 1, 2>("2acc, producer + 1 converter");
+  run_pipeline<0, true, 1, 3, 5, 1, 2>("2acc, 1 conv + 2 MMA WGs (208), whole");
+  run_pipeline<0, true, 5, 3, 5, 1, 2>("2acc, 1 conv + 2 MMA, IMNMX + FMA cells");
+  run_pipeline<0, true, 0, 3, 5, 1, 2>("2acc, 1 conv + 2 MMA, no epilogue");
+  run_pipeline<0, true, 5, 4, 5, 1, 2>("2acc2, 1 conv + 2 MMA, IMNMX + FMA cells");
+  run_pipeline<0, true, 5, 4, 4, 1, 2>("2acc2, 1 conv + 2 MMA, IMNMX + FMA, 4 slices");
 }
 }  // namespace
 
