@@ -614,21 +614,23 @@ struct SwapRole {
   }
 };
 
-// The registers a thread of each role gets (setmaxnreg): the launch's cap (65536 over its threads,
-// a multiple of 8) is the pool; the producer warpgroup 24, each converter 72, the MMA warpgroups
-// 152 (SWAP 1, 2) or what is left, at most 240 (SWAP 3, 4).
-template <int SWAP, int CONV, int MMAW>
+// The warpgroups and the registers a thread of each role gets (setmaxnreg): the launch's cap
+// (65536 over its threads, a multiple of 8) is the pool; the producer warpgroup 24 (none with
+// FOLD: converter c's first thread issues its stages' copies), each converter 72 (64 with FOLD),
+// the MMA warpgroups 152 (SWAP 1, 2) or what is left, at most 240 (SWAP 3, 4).
+template <int SWAP, int CONV, int MMAW, bool FOLD>
 struct PipeRegs {
-  static constexpr int kThreads = 128 * (1 + CONV + MMAW), kCap = 65536 / kThreads / 8 * 8;
-  static constexpr int kLeft = (kCap * kThreads - 128 * 24 - CONV * 128 * 72) / (MMAW * 128) / 8 * 8;
+  static constexpr int kProd = FOLD ? 0 : 1, kThreads = 128 * (kProd + CONV + MMAW), kCap = 65536 / kThreads / 8 * 8;
+  static constexpr int kConv = FOLD ? 64 : 72;
+  static constexpr int kLeft = (kCap * kThreads - kProd * 128 * 24 - CONV * 128 * kConv) / (MMAW * 128) / 8 * 8;
   static constexpr int kMma = SWAP >= 3 ? (kLeft < 240 ? kLeft : 240) : 152;
-  static_assert(SWAP == 0 || 128 * 24 + CONV * 128 * 72 + MMAW * 128 * kMma <= kCap * kThreads, "register pool");
+  static_assert(SWAP == 0 || kProd * 128 * 24 + CONV * 128 * kConv + MMAW * 128 * kMma <= kCap * kThreads, "register pool");
 };
 
-template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2>
-__global__ void __launch_bounds__(128 * (1 + CONV + MMAW), 1)
+template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2, bool FOLD = false>
+__global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD>::kThreads, 1)
     pipeline_kernel(float* sink, int stages, const uint8_t* src, volatile int* stuck) {
-  using Regs = PipeRegs<SWAP, CONV, MMAW>;
+  using Regs = PipeRegs<SWAP, CONV, MMAW, FOLD>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, wg = tid / 128, lt = tid % 128;
   uint64_t* raw_full = reinterpret_cast<uint64_t*>(smem + pipe::kBarOff);
@@ -653,27 +655,39 @@ __global__ void __launch_bounds__(128 * (1 + CONV + MMAW), 1)
   fence_async_smem();
   const uint32_t base = smem_addr(smem);
   float t = 0.0f;
-  if (wg == 0) {  // producer: one lane of warp 0
+  const auto produce = [&](int s) {  // stage s's copies into its raw slot (one thread)
+    const int slot = s % pipe::kRawSlots;
+    const long long chunk = ((long long)blockIdx.x * stages + s) % pipe::kChunks;
+    mbar_expect_tx(&raw_full[slot], pipe::kRawBytes);
+    for (int off = 0; off < pipe::kRawBytes; off += 4352)  // 64 keys' bytes a copy, as the kernel's lanes
+      bulk_copy(smem + pipe::kRawOff + slot * pipe::kRawBytes + off, src + chunk * pipe::kRawBytes + off, 4352u, &raw_full[slot]);
+    mbar_arrive(&raw_full[slot]);
+  };
+  if (!FOLD && wg == 0) {  // producer: one lane of warp 0
     if constexpr (SWAP) regs_shrink<24>();
     if (tid == 0) {
       for (int s = 0; s < stages; ++s) {
-        const int slot = s % pipe::kRawSlots;
-        pipe_wait(&raw_empty[slot], uint32_t((s / pipe::kRawSlots) & 1) ^ 1u, 1 * 100000 + wg * 1000 + s, stuck);
-        const long long chunk = ((long long)blockIdx.x * stages + s) % pipe::kChunks;
-        mbar_expect_tx(&raw_full[slot], pipe::kRawBytes);
-        for (int off = 0; off < pipe::kRawBytes; off += 4352)  // 64 keys' bytes a copy, as the kernel's lanes
-          bulk_copy(smem + pipe::kRawOff + slot * pipe::kRawBytes + off, src + chunk * pipe::kRawBytes + off, 4352u, &raw_full[slot]);
-        mbar_arrive(&raw_full[slot]);
+        pipe_wait(&raw_empty[s % pipe::kRawSlots], uint32_t((s / pipe::kRawSlots) & 1) ^ 1u, 1 * 100000 + wg * 1000 + s, stuck);
+        produce(s);
       }
     }
-  } else if (wg <= CONV) {  // converter c: stages c, c + CONV, ...
-    if constexpr (SWAP) regs_shrink<72>();
-    const int c = wg - 1;
+  } else if (wg < Regs::kProd + CONV) {  // converter c: stages c, c + CONV, ...
+    if constexpr (SWAP) regs_shrink<Regs::kConv>();
+    const int c = wg - Regs::kProd;
     const uint32_t ones = kPipeOnes;
     uint32_t acc = 0;
+    if (FOLD && lt == 0)  // the ring's first fill: this converter's stages
+      for (int s = c; s < stages && s < pipe::kRawSlots; s += CONV) produce(s);
     for (int s = c; s < stages; s += CONV) {
       const int slot = s % pipe::kRawSlots, ts = s % pipe::kTileSlots;
       pipe_wait(&raw_full[slot], uint32_t((s / pipe::kRawSlots) & 1), 2 * 100000 + wg * 1000 + s, stuck);
+      // FOLD: once the whole warpgroup has read stage s (the slot's empty barrier), its first
+      // thread refills the slot with stage s + kRawSlots, also this converter's
+      const auto refill = [&] {
+        if (!FOLD || lt != 0 || s + pipe::kRawSlots >= stages) return;
+        pipe_wait(&raw_empty[slot], uint32_t((s / pipe::kRawSlots) & 1), 1 * 100000 + wg * 1000 + s, stuck);
+        produce(s + pipe::kRawSlots);
+      };
       if (MODE != 2 && MODE != 3) {
         const uint8_t* raw = smem + pipe::kRawOff + slot * pipe::kRawBytes;
         const uint32_t sc0 = reinterpret_cast<const uint32_t*>(raw + pipe::kKeys * 64)[lt];
@@ -683,6 +697,7 @@ __global__ void __launch_bounds__(128 * (1 + CONV + MMAW), 1)
 #pragma unroll
         for (int i = 0; i < 8; ++i) w[i] = reinterpret_cast<const uint4*>(raw)[lt + 128 * i];
         mbar_arrive(&raw_empty[slot]);  // the raw stage is read
+        refill();
         pipe_wait(&tile_empty[ts], uint32_t((s / pipe::kTileSlots) & 1) ^ 1u, 3 * 100000 + wg * 1000 + s, stuck);
         uint4* tile = reinterpret_cast<uint4*>(smem + pipe::kTileOff + ts * pipe::kTileBytes);
 #pragma unroll
@@ -703,6 +718,7 @@ __global__ void __launch_bounds__(128 * (1 + CONV + MMAW), 1)
         mbar_arrive(&tile_full[ts]);
       } else {
         mbar_arrive(&raw_empty[slot]);
+        refill();
         if (MODE == 2) {
           pipe_wait(&tile_empty[ts], uint32_t((s / pipe::kTileSlots) & 1) ^ 1u, 3 * 100000 + wg * 1000 + s, stuck);
           mbar_arrive(&tile_full[ts]);
@@ -712,7 +728,7 @@ __global__ void __launch_bounds__(128 * (1 + CONV + MMAW), 1)
     t = float(acc);
   } else if (MODE != 3 && SWAP >= 3) {  // MMA warpgroup m, swapped, two 128-key accumulators: stages m, m + MMAW, ...
     regs_grow<Regs::kMma>();
-    const SwapRole r(tid, wg - 1 - CONV, smem);
+    const SwapRole r(tid, wg - Regs::kProd - CONV, smem);
     uint32_t q[5][4];  // the query's five k-slice fragments (garbage values), as a kernel holds them
 #pragma unroll
     for (int j = 0; j < 5; ++j)
@@ -768,7 +784,7 @@ __global__ void __launch_bounds__(128 * (1 + CONV + MMAW), 1)
     return;
   } else if (MODE != 3 && SWAP == 2) {  // MMA warpgroup m, swapped, pipelined 64-key chains: stages m, m + 2, ...
     regs_grow<Regs::kMma>();
-    const SwapRole r(tid, wg - 1 - CONV, smem);
+    const SwapRole r(tid, wg - Regs::kProd - CONV, smem);
     int32_t acc[2][32] = {};
     float out = 0.0f;
     int half = 0;
@@ -804,7 +820,7 @@ __global__ void __launch_bounds__(128 * (1 + CONV + MMAW), 1)
     return;
   } else if (MODE != 3 && SWAP == 1) {  // MMA warpgroup m, swapped layout: stages m, m + 2, ...
     regs_grow<Regs::kMma>();
-    const SwapRole r(tid, wg - 1 - CONV, smem);
+    const SwapRole r(tid, wg - Regs::kProd - CONV, smem);
     int32_t acc[64];
     float out = 0.0f;
     int half = 0;
@@ -835,7 +851,7 @@ __global__ void __launch_bounds__(128 * (1 + CONV + MMAW), 1)
     sink[blockIdx.x * blockDim.x + tid] = t;  // here, not after the roles join (the join's
     return;                                   // register budget is the smallest role's)
   } else if (MODE != 3) {  // MMA warpgroup m: stages m, m + MMAW, ...
-    const int m = wg - 1 - CONV;
+    const int m = wg - Regs::kProd - CONV;
     int32_t acc[2][32] = {};
     float w = 0.5f + tid, s0 = 0.0f, s1 = 0.0f;
     for (int s = m; s < stages; s += MMAW) {
@@ -859,9 +875,9 @@ __global__ void __launch_bounds__(128 * (1 + CONV + MMAW), 1)
   sink[blockIdx.x * blockDim.x + tid] = t;
 }
 
-template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2>
+template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2, bool FOLD = false>
 void run_pipeline(const char* name) {
-  constexpr int threads = PipeRegs<SWAP, CONV, MMAW>::kThreads;
+  constexpr int threads = PipeRegs<SWAP, CONV, MMAW, FOLD>::kThreads;
   static uint8_t* src = nullptr;
   if (src == nullptr) {
     cudaMalloc(&src, pipe::kChunks * pipe::kRawBytes);
@@ -872,7 +888,7 @@ void run_pipeline(const char* name) {
   const int stages = 124;  // 31744 keys an SM: MTP 1, 64 sequences x 64K keys
   float* sink = nullptr;
   cudaMalloc(&sink, size_t(sms) * threads * 4);
-  auto kernel = pipeline_kernel<MODE, STS, EPI, SWAP, KS, CONV, MMAW>;
+  auto kernel = pipeline_kernel<MODE, STS, EPI, SWAP, KS, CONV, MMAW, FOLD>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pipe::kSmemBytes);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
@@ -945,6 +961,16 @@ void pipeline_section() {
   run_pipeline<0, true, 0, 3, 5, 1, 2>("2acc, 1 conv + 2 MMA, no epilogue");
   run_pipeline<0, true, 5, 4, 5, 1, 2>("2acc2, 1 conv + 2 MMA, IMNMX + FMA cells");
   run_pipeline<0, true, 5, 4, 4, 1, 2>("2acc2, 1 conv + 2 MMA, IMNMX + FMA, 4 slices");
+  std::printf("folded: no producer warpgroup (each converter's first thread refills its raw slots), two\n"
+              "converters (64 registers) and two MMA warpgroups with two accumulators (192)\n");
+  run_pipeline<1, true, 1, 3, 5, 2, 2, true>("fold, converters only (conversion, tile ring)");
+  run_pipeline<0, true, 0, 3, 5, 2, 2, true>("fold 2acc, no epilogue");
+  run_pipeline<0, true, 1, 3, 5, 2, 2, true>("fold 2acc, whole");
+  run_pipeline<0, true, 5, 3, 5, 2, 2, true>("fold 2acc, IMNMX + FMA cells");
+  run_pipeline<0, true, 5, 3, 4, 2, 2, true>("fold 2acc, IMNMX + FMA, 4 slices");
+  run_pipeline<0, true, 5, 4, 5, 2, 2, true>("fold 2acc2, IMNMX + FMA cells");
+  run_pipeline<0, true, 5, 4, 4, 2, 2, true>("fold 2acc2, IMNMX + FMA, 4 slices");
+  run_pipeline<0, true, 4, 4, 4, 2, 2, true>("fold 2acc2, 4 slices, FP32 cells, no selects");
 }
 }  // namespace
 
