@@ -627,7 +627,8 @@ struct PipeRegs {
   static_assert(SWAP == 0 || kProd * 128 * 24 + CONV * 128 * kConv + MMAW * 128 * kMma <= kCap * kThreads, "register pool");
 };
 
-template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2, bool FOLD = false>
+template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2, bool FOLD = false,
+          int QF = 5>
 __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD>::kThreads, 1)
     pipeline_kernel(float* sink, int stages, const uint8_t* src, volatile int* stuck) {
   using Regs = PipeRegs<SWAP, CONV, MMAW, FOLD>;
@@ -729,7 +730,7 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD>::kThreads, 1)
   } else if (MODE != 3 && SWAP >= 3) {  // MMA warpgroup m, swapped, two 128-key accumulators: stages m, m + MMAW, ...
     regs_grow<Regs::kMma>();
     const SwapRole r(tid, wg - Regs::kProd - CONV, smem);
-    uint32_t q[5][4];  // the query's five k-slice fragments (garbage values), as a kernel holds them
+    uint32_t q[5][4];  // the query's five k-slice fragments (garbage values), as a kernel holds them (QF 1: one for all)
 #pragma unroll
     for (int j = 0; j < 5; ++j)
 #pragma unroll
@@ -741,7 +742,7 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD>::kThreads, 1)
       wgmma_fence();
       wgmma128_rs<true>(d, q[0], smem_desc_at(tile, 128, 256));
 #pragma unroll
-      for (int j = 1; j < KS; ++j) wgmma128_rs<false>(d, q[j], smem_desc_at(tile + (j % 4) * 4096, 128, 256));
+      for (int j = 1; j < KS; ++j) wgmma128_rs<false>(d, q[QF == 1 ? 0 : j], smem_desc_at(tile + (j % 4) * 4096, 128, 256));
       wgmma_commit();
     };
     // An iteration: PER of this warpgroup's stages, 2 PER chains into acc[c % 2], chain c - 1's
@@ -875,7 +876,8 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD>::kThreads, 1)
   sink[blockIdx.x * blockDim.x + tid] = t;
 }
 
-template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2, bool FOLD = false>
+template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2, bool FOLD = false,
+          int QF = 5>
 void run_pipeline(const char* name) {
   constexpr int threads = PipeRegs<SWAP, CONV, MMAW, FOLD>::kThreads;
   static uint8_t* src = nullptr;
@@ -888,7 +890,7 @@ void run_pipeline(const char* name) {
   const int stages = 124;  // 31744 keys an SM: MTP 1, 64 sequences x 64K keys
   float* sink = nullptr;
   cudaMalloc(&sink, size_t(sms) * threads * 4);
-  auto kernel = pipeline_kernel<MODE, STS, EPI, SWAP, KS, CONV, MMAW, FOLD>;
+  auto kernel = pipeline_kernel<MODE, STS, EPI, SWAP, KS, CONV, MMAW, FOLD, QF>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pipe::kSmemBytes);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
@@ -971,6 +973,8 @@ void pipeline_section() {
   run_pipeline<0, true, 5, 4, 5, 2, 2, true>("fold 2acc2, IMNMX + FMA cells");
   run_pipeline<0, true, 5, 4, 4, 2, 2, true>("fold 2acc2, IMNMX + FMA, 4 slices");
   run_pipeline<0, true, 4, 4, 4, 2, 2, true>("fold 2acc2, 4 slices, FP32 cells, no selects");
+  run_pipeline<0, true, 0, 3, 5, 2, 2, true, 1>("fold 2acc, no epilogue, one query fragment");
+  run_pipeline<0, true, 5, 4, 4, 2, 2, true, 1>("fold 2acc2, IMNMX + FMA, 4 slices, one fragment");
 }
 }  // namespace
 
