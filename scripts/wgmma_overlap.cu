@@ -527,8 +527,11 @@ void run_interfere(const char* kind, int fill_steps) {
 // memory), the stage's keys as N (two m64n128k32 chains of five), the head sum across the
 // accumulator's rows (a reduce-scatter over the lanes of a row group, then the four warps through
 // shared memory); the registers reallocated (producer 24, converters 72, MMA 152). SWAP 2: the
-// same with 64-key chains (m64n64k32), chain c's epilogue while chain c + 1's wgmma run. KS: k-slices
-// a block (5: with the bias slice; 4: signed keys, none).
+// same with 64-key chains (m64n64k32), chain c's epilogue while chain c + 1's wgmma run. SWAP 3, 4:
+// two 128-key accumulators a MMA warpgroup, chain c - 1's epilogue under chain c's wgmma, a stage
+// (3) or two (4) an iteration; SWAP 5: as 3 with the first chain waited for before the second is
+// issued. KS: k-slices a block (5: with the bias slice; 4: signed keys, none). CONV / MMAW: the
+// converter / MMA warpgroups; FOLD: no producer warpgroup; QF 1: one query fragment for every k step.
 namespace pipe {
 // Both rings have an even number of slots, so that each slot serves one converter (and one MMA
 // warpgroup) only: with two converters sharing a slot, one could poll a parity two phases
@@ -617,7 +620,7 @@ struct SwapRole {
 // The warpgroups and the registers a thread of each role gets (setmaxnreg): the launch's cap
 // (65536 over its threads, a multiple of 8) is the pool; the producer warpgroup 24 (none with
 // FOLD: converter c's first thread issues its stages' copies), each converter 72 (64 with FOLD),
-// the MMA warpgroups 152 (SWAP 1, 2) or what is left, at most 240 (SWAP 3, 4).
+// the MMA warpgroups 152 (SWAP 1, 2) or what is left, at most 240 (SWAP 3-5).
 template <int SWAP, int CONV, int MMAW, bool FOLD>
 struct PipeRegs {
   static constexpr int kProd = FOLD ? 0 : 1, kThreads = 128 * (kProd + CONV + MMAW), kCap = 65536 / kThreads / 8 * 8;
@@ -761,7 +764,10 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD>::kThreads, 1)
           continue;
         }
         chain(acc[c % 2], base + pipe::kTileOff + ts * pipe::kTileBytes + (c % 2) * 16384);
-        if (c == 0) continue;
+        if (c == 0) {
+          if constexpr (SWAP == 5) wgmma_wait<0>();  // SWAP 5: the first chain done before the second is issued
+          continue;
+        }
         wgmma_wait<1>();
 #pragma unroll
         for (int i = 0; i < 64; ++i) pin(acc[(c - 1) % 2][i]);
@@ -975,6 +981,8 @@ void pipeline_section() {
   run_pipeline<0, true, 4, 4, 4, 2, 2, true>("fold 2acc2, 4 slices, FP32 cells, no selects");
   run_pipeline<0, true, 0, 3, 5, 2, 2, true, 1>("fold 2acc, no epilogue, one query fragment");
   run_pipeline<0, true, 5, 4, 4, 2, 2, true, 1>("fold 2acc2, IMNMX + FMA, 4 slices, one fragment");
+  run_pipeline<0, true, 0, 5, 5, 2, 2, true>("fold 2acc, no epilogue, chain 0 waited alone");
+  run_pipeline<0, true, 5, 5, 4, 2, 2, true>("fold 2acc, IMNMX + FMA, 4 slices, chain 0 alone");
 }
 }  // namespace
 
