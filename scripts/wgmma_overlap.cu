@@ -839,7 +839,6 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD>::kThreads, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           wgmma_fence();
-#pragma unroll
           wgmma128_rs<true>(acc, r.qa, smem_desc_at(tile + h * 16384, 128, 256));
 #pragma unroll
           for (int j = 1; j < 5; ++j) wgmma128_rs<false>(acc, r.qa, smem_desc_at(tile + h * 16384 + (j % 4) * 4096, 128, 256));
