@@ -619,11 +619,11 @@ struct SwapRole {
 
 // The warpgroups and the registers a thread of each role gets (setmaxnreg): the launch's cap
 // (65536 over its threads, a multiple of 8) is the pool; the producer warpgroup 24 (none with
-// FOLD: converter c's first thread issues its stages' copies), each converter 72 (64 with FOLD),
+// FOLD: converter c's first thread issues its stages' copies; none with RAWG: no raw ring), each converter 72 (64 with FOLD),
 // the MMA warpgroups 152 (SWAP 1, 2) or what is left, at most 240 (SWAP 3-5).
-template <int SWAP, int CONV, int MMAW, bool FOLD>
+template <int SWAP, int CONV, int MMAW, bool FOLD, bool RAWG = false>
 struct PipeRegs {
-  static constexpr int kProd = FOLD ? 0 : 1, kThreads = 128 * (kProd + CONV + MMAW), kCap = 65536 / kThreads / 8 * 8;
+  static constexpr int kProd = FOLD || RAWG ? 0 : 1, kThreads = 128 * (kProd + CONV + MMAW), kCap = 65536 / kThreads / 8 * 8;
   static constexpr int kConv = FOLD ? 64 : 72;
   static constexpr int kLeft = (kCap * kThreads - kProd * 128 * 24 - CONV * 128 * kConv) / (MMAW * 128) / 8 * 8;
   static constexpr int kMma = SWAP >= 3 ? (kLeft < 240 ? kLeft : 240) : 152;
@@ -631,10 +631,10 @@ struct PipeRegs {
 };
 
 template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2, bool FOLD = false,
-          int QF = 5>
-__global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD>::kThreads, 1)
+          int QF = 5, bool RAWG = false>
+__global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThreads, 1)
     pipeline_kernel(float* sink, int stages, const uint8_t* src, volatile int* stuck) {
-  using Regs = PipeRegs<SWAP, CONV, MMAW, FOLD>;
+  using Regs = PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, wg = tid / 128, lt = tid % 128;
   uint64_t* raw_full = reinterpret_cast<uint64_t*>(smem + pipe::kBarOff);
@@ -659,9 +659,10 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD>::kThreads, 1)
   fence_async_smem();
   const uint32_t base = smem_addr(smem);
   float t = 0.0f;
+  const auto chunk_of = [&](int s) { return ((long long)blockIdx.x * stages + s) % pipe::kChunks; };
   const auto produce = [&](int s) {  // stage s's copies into its raw slot (one thread)
     const int slot = s % pipe::kRawSlots;
-    const long long chunk = ((long long)blockIdx.x * stages + s) % pipe::kChunks;
+    const long long chunk = chunk_of(s);
     mbar_expect_tx(&raw_full[slot], pipe::kRawBytes);
     for (int off = 0; off < pipe::kRawBytes; off += 4352)  // 64 keys' bytes a copy, as the kernel's lanes
       bulk_copy(smem + pipe::kRawOff + slot * pipe::kRawBytes + off, src + chunk * pipe::kRawBytes + off, 4352u, &raw_full[slot]);
@@ -682,9 +683,21 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD>::kThreads, 1)
     uint32_t acc = 0;
     if (FOLD && lt == 0)  // the ring's first fill: this converter's stages
       for (int s = c; s < stages && s < pipe::kRawSlots; s += CONV) produce(s);
+    // RAWG: the thread's raw words and scale words read from global memory into registers, a
+    // stage ahead (the next stage's loads in flight while this one converts)
+    uint4 nw[8];
+    uint32_t nsc[2];
+    const auto fetch = [&](int s) {
+      const uint8_t* g = src + chunk_of(s) * pipe::kRawBytes;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) nw[i] = __ldg(reinterpret_cast<const uint4*>(g) + lt + 128 * i);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) nsc[i] = __ldg(reinterpret_cast<const uint32_t*>(g + pipe::kKeys * 64) + lt + 128 * i);
+    };
+    if (RAWG && c < stages) fetch(c);
     for (int s = c; s < stages; s += CONV) {
       const int slot = s % pipe::kRawSlots, ts = s % pipe::kTileSlots;
-      pipe_wait(&raw_full[slot], uint32_t((s / pipe::kRawSlots) & 1), 2 * 100000 + wg * 1000 + s, stuck);
+      if (!RAWG) pipe_wait(&raw_full[slot], uint32_t((s / pipe::kRawSlots) & 1), 2 * 100000 + wg * 1000 + s, stuck);
       // FOLD: once the whole warpgroup has read stage s (the slot's empty barrier), its first
       // thread refills the slot with stage s + kRawSlots, also this converter's
       const auto refill = [&] {
@@ -694,14 +707,23 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD>::kThreads, 1)
       };
       if (MODE != 2 && MODE != 3) {
         const uint8_t* raw = smem + pipe::kRawOff + slot * pipe::kRawBytes;
-        const uint32_t sc0 = reinterpret_cast<const uint32_t*>(raw + pipe::kKeys * 64)[lt];
-        const uint32_t sc1 = reinterpret_cast<const uint32_t*>(raw + pipe::kKeys * 64)[lt + 128];
-        const opus::I8Table tb = tables[(sc0 ^ sc1) & 1];
         uint4 w[8];
+        uint32_t sc0, sc1;
+        if constexpr (RAWG) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = reinterpret_cast<const uint4*>(raw)[lt + 128 * i];
-        mbar_arrive(&raw_empty[slot]);  // the raw stage is read
-        refill();
+          for (int i = 0; i < 8; ++i) w[i] = nw[i];
+          sc0 = nsc[0];
+          sc1 = nsc[1];
+          if (s + CONV < stages) fetch(s + CONV);
+        } else {
+          sc0 = reinterpret_cast<const uint32_t*>(raw + pipe::kKeys * 64)[lt];
+          sc1 = reinterpret_cast<const uint32_t*>(raw + pipe::kKeys * 64)[lt + 128];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) w[i] = reinterpret_cast<const uint4*>(raw)[lt + 128 * i];
+          mbar_arrive(&raw_empty[slot]);  // the raw stage is read
+          refill();
+        }
+        const opus::I8Table tb = tables[(sc0 ^ sc1) & 1];
         pipe_wait(&tile_empty[ts], uint32_t((s / pipe::kTileSlots) & 1) ^ 1u, 3 * 100000 + wg * 1000 + s, stuck);
         uint4* tile = reinterpret_cast<uint4*>(smem + pipe::kTileOff + ts * pipe::kTileBytes);
 #pragma unroll
@@ -882,9 +904,9 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD>::kThreads, 1)
 }
 
 template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2, bool FOLD = false,
-          int QF = 5>
+          int QF = 5, bool RAWG = false>
 void run_pipeline(const char* name) {
-  constexpr int threads = PipeRegs<SWAP, CONV, MMAW, FOLD>::kThreads;
+  constexpr int threads = PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThreads;
   static uint8_t* src = nullptr;
   if (src == nullptr) {
     cudaMalloc(&src, pipe::kChunks * pipe::kRawBytes);
@@ -895,7 +917,7 @@ void run_pipeline(const char* name) {
   const int stages = 124;  // 31744 keys an SM: MTP 1, 64 sequences x 64K keys
   float* sink = nullptr;
   cudaMalloc(&sink, size_t(sms) * threads * 4);
-  auto kernel = pipeline_kernel<MODE, STS, EPI, SWAP, KS, CONV, MMAW, FOLD, QF>;
+  auto kernel = pipeline_kernel<MODE, STS, EPI, SWAP, KS, CONV, MMAW, FOLD, QF, RAWG>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pipe::kSmemBytes);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
@@ -982,6 +1004,13 @@ void pipeline_section() {
   run_pipeline<0, true, 5, 4, 4, 2, 2, true, 1>("fold 2acc2, IMNMX + FMA, 4 slices, one fragment");
   run_pipeline<0, true, 0, 5, 5, 2, 2, true>("fold 2acc, no epilogue, chain 0 waited alone");
   run_pipeline<0, true, 5, 5, 4, 2, 2, true>("fold 2acc, IMNMX + FMA, 4 slices, chain 0 alone");
+  std::printf("RAWG: no raw ring -- the converters read their raw keys from global memory into registers,\n"
+              "a stage ahead (no producer; 512 threads); the non-swapped MMA warpgroups (SS)\n");
+  run_pipeline<1, true, 1, 0, 5, 2, 2, false, 5, true>("rawg, converters only");
+  run_pipeline<0, true, 0, 0, 5, 2, 2, false, 5, true>("rawg, no epilogue");
+  run_pipeline<0, true, 1, 0, 5, 2, 2, false, 5, true>("rawg, whole");
+  run_pipeline<0, true, 0, 0, 4, 2, 2, false, 5, true>("rawg, 4 slices, no epilogue");
+  run_pipeline<0, true, 1, 0, 4, 2, 2, false, 5, true>("rawg, 4 slices, whole");
 }
 }  // namespace
 
