@@ -10,8 +10,8 @@
 // split-role pipeline with the kernel's memory side. Each case prints ns a key an SM (the
 // interference cases each role's cycles); compare a case with the sum of its parts alone.
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Imqa_logits_mxfp4/backends/opus/csrc \
-//        scripts/wgmma_overlap.cu -o /tmp/wgmma_overlap && /tmp/wgmma_overlap [pipeline]
-// (`pipeline`: that section alone.)
+//        scripts/wgmma_overlap.cu -o /tmp/wgmma_overlap && /tmp/wgmma_overlap [pipeline | imma]
+// (`pipeline`, `imma`: that section alone; `imma`: INT8 mma.sync's rate.)
 // ptxas schedules the permutes and FMAs around the wgmma as it likes (source order, volatile asm
 // and memory clobbers do not pin them): each case measures the layout ptxas chose.
 #include <cuda_runtime.h>
@@ -1012,12 +1012,81 @@ void pipeline_section() {
   run_pipeline<0, true, 0, 0, 4, 2, 2, false, 5, true>("rawg, 4 slices, no epilogue");
   run_pipeline<0, true, 1, 0, 4, 2, 2, false, 5, true>("rawg, 4 slices, whole");
 }
+
+// The legacy tensor-core path: INT8 `mma.sync` m16n8k32 (both operands from registers, no shared
+// memory, no warpgroup), its rate on sm_90 beside wgmma's (~1940 TOPS measured above), alone and
+// with ALU byte permutes in the same warps (PRMT per mma.sync: ALU). WARPS warps a CTA, one CTA an
+// SM, eight independent accumulators a warp.
+__device__ __forceinline__ void imma(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <int ALU>
+__global__ void __launch_bounds__(512, 1) imma_kernel(float* sink, int iters) {
+  const uint32_t tid = threadIdx.x;
+  int32_t acc[8][4] = {};
+  uint32_t a[4] = {tid, tid * 3u, tid * 5u, tid * 7u}, b[8][2], x[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    b[k][0] = tid ^ (k * 0x01010101u);
+    b[k][1] = tid + k;
+    x[k] = tid * (k + 1);
+  }
+  for (int it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      imma(acc[k], a, b[k][0], b[k][1]);
+#pragma unroll
+      for (int i = 0; i < ALU; ++i) x[(k + i) & 7] = permute(x[(k + i) & 7], x[(k + i + 1) & 7], x[(k + i + 3) & 7]);
+    }
+  }
+  float t = 0.0f;
+  for (int k = 0; k < 8; ++k) t += float(acc[k][0] + acc[k][1] + acc[k][2] + acc[k][3] + int(x[k]));
+  sink[blockIdx.x * blockDim.x + tid] = t;
+}
+template <int ALU>
+void run_imma(const char* name, int warps) {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  float* sink = nullptr;
+  cudaMalloc(&sink, size_t(sms) * 512 * 4);
+  const int iters = 20000;
+  imma_kernel<ALU><<<sms, 32 * warps>>>(sink, 16);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaEventRecord(e0);
+  imma_kernel<ALU><<<sms, 32 * warps>>>(sink, iters);
+  cudaEventRecord(e1);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  const double ops = double(sms) * warps * iters * 8 * (16.0 * 8 * 32 * 2);
+  const cudaError_t err = cudaGetLastError();
+  std::printf("%-52s %7.1f TOPS, %.2f SM cycles an mma.sync an SM at 1.98 GHz%s\n", name, ops / (ms * 1e-3) / 1e12,
+              ms * 1e-3 * 1.98e9 / (double(warps) * iters * 8), err == cudaSuccess ? "" : cudaGetErrorString(err));
+  cudaFree(sink);
+}
+void imma_section() {
+  std::printf("INT8 mma.sync m16n8k32 (registers only), one CTA an SM\n");
+  run_imma<0>("mma.sync, 4 warps", 4);
+  run_imma<0>("mma.sync, 8 warps", 8);
+  run_imma<0>("mma.sync, 16 warps", 16);
+  run_imma<1>("mma.sync + 1 PRMT each, 16 warps", 16);
+  run_imma<2>("mma.sync + 2 PRMT each, 16 warps", 16);
+  run_imma<4>("mma.sync + 4 PRMT each, 16 warps", 16);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IONBF, 0);  // each line out as it is printed (a trap keeps the rest)
   if (argc > 1 && std::string(argv[1]) == "pipeline") {  // that section alone
     pipeline_section();
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "imma") {  // that section alone
+    imma_section();
     return 0;
   }
   std::printf("three warpgroups a CTA, one CTA an SM; a block: 64 keys\n");
