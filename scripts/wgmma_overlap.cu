@@ -668,7 +668,7 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThrea
       bulk_copy(smem + pipe::kRawOff + slot * pipe::kRawBytes + off, src + chunk * pipe::kRawBytes + off, 4352u, &raw_full[slot]);
     mbar_arrive(&raw_full[slot]);
   };
-  if (!FOLD && wg == 0) {  // producer: one lane of warp 0
+  if (Regs::kProd == 1 && wg == 0) {  // producer: one lane of warp 0
     if constexpr (SWAP) regs_shrink<24>();
     if (tid == 0) {
       for (int s = 0; s < stages; ++s) {
