@@ -1015,14 +1015,14 @@ void pipeline_section() {
 
 // The legacy tensor-core path: INT8 `mma.sync` m16n8k32 (both operands from registers, no shared
 // memory, no warpgroup), its rate on sm_90 beside wgmma's (~1940 TOPS measured above), alone and
-// with ALU byte permutes in the same warps (PRMT per mma.sync: ALU). WARPS warps a CTA, one CTA an
-// SM, eight independent accumulators a warp.
+// with ALU other instructions in the same warps (ALU per mma.sync: PRMT, or with KIND 1 IMAD,
+// KIND 2 FFMA). WARPS warps a CTA, one CTA an SM, eight independent accumulators a warp.
 __device__ __forceinline__ void imma(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-template <int ALU>
+template <int ALU, int KIND>
 __global__ void __launch_bounds__(512, 1) imma_kernel(float* sink, int iters) {
   const uint32_t tid = threadIdx.x;
   int32_t acc[8][4] = {};
@@ -1038,26 +1038,32 @@ __global__ void __launch_bounds__(512, 1) imma_kernel(float* sink, int iters) {
     for (int k = 0; k < 8; ++k) {
       imma(acc[k], a, b[k][0], b[k][1]);
 #pragma unroll
-      for (int i = 0; i < ALU; ++i) x[(k + i) & 7] = permute(x[(k + i) & 7], x[(k + i + 1) & 7], x[(k + i + 3) & 7]);
+      for (int i = 0; i < ALU; ++i) {
+        uint32_t& y = x[(k + i) & 7];
+        const uint32_t u = x[(k + i + 1) & 7], v = x[(k + i + 3) & 7];
+        if constexpr (KIND == 0) y = permute(y, u, v);
+        if constexpr (KIND == 1) asm volatile("mad.lo.u32 %0, %0, %1, %2;" : "+r"(y) : "r"(u), "r"(v));
+        if constexpr (KIND == 2) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+r"(y) : "r"(u), "r"(v));
+      }
     }
   }
   float t = 0.0f;
   for (int k = 0; k < 8; ++k) t += float(acc[k][0] + acc[k][1] + acc[k][2] + acc[k][3] + int(x[k]));
   sink[blockIdx.x * blockDim.x + tid] = t;
 }
-template <int ALU>
+template <int ALU, int KIND = 0>
 void run_imma(const char* name, int warps) {
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   float* sink = nullptr;
   cudaMalloc(&sink, size_t(sms) * 512 * 4);
   const int iters = 20000;
-  imma_kernel<ALU><<<sms, 32 * warps>>>(sink, 16);
+  imma_kernel<ALU, KIND><<<sms, 32 * warps>>>(sink, 16);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
   cudaEventRecord(e0);
-  imma_kernel<ALU><<<sms, 32 * warps>>>(sink, iters);
+  imma_kernel<ALU, KIND><<<sms, 32 * warps>>>(sink, iters);
   cudaEventRecord(e1);
   cudaEventSynchronize(e1);
   float ms = 0;
@@ -1076,6 +1082,9 @@ void imma_section() {
   run_imma<1>("mma.sync + 1 PRMT each, 16 warps", 16);
   run_imma<2>("mma.sync + 2 PRMT each, 16 warps", 16);
   run_imma<4>("mma.sync + 4 PRMT each, 16 warps", 16);
+  run_imma<2, 1>("mma.sync + 2 IMAD each, 16 warps", 16);
+  run_imma<2, 2>("mma.sync + 2 FFMA each, 16 warps", 16);
+  run_imma<4, 2>("mma.sync + 4 FFMA each, 16 warps", 16);
 }
 }  // namespace
 
