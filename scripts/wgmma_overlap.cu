@@ -531,7 +531,9 @@ void run_interfere(const char* kind, int fill_steps) {
 // two 128-key accumulators a MMA warpgroup, chain c - 1's epilogue under chain c's wgmma, a stage
 // (3) or two (4) an iteration; SWAP 5: as 3 with the first chain waited for before the second is
 // issued. KS: k-slices a block (5: with the bias slice; 4: signed keys, none). CONV / MMAW: the
-// converter / MMA warpgroups; FOLD: no producer warpgroup; QF 1: one query fragment for every k step.
+// converter / MMA warpgroups; FOLD: no producer warpgroup; QF 1: one query fragment for every k step;
+// RAWG: no raw ring (converters read global memory); SIGNED: the signed conversion's two extra ALU
+// operations a word (a timing model: the values stay garbage).
 namespace pipe {
 // Both rings have an even number of slots, so that each slot serves one converter (and one MMA
 // warpgroup) only: with two converters sharing a slot, one could poll a parity two phases
@@ -631,7 +633,7 @@ struct PipeRegs {
 };
 
 template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2, bool FOLD = false,
-          int QF = 5, bool RAWG = false>
+          int QF = 5, bool RAWG = false, bool SIGNED = false>
 __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThreads, 1)
     pipeline_kernel(float* sink, int stages, const uint8_t* src, volatile int* stuck) {
   using Regs = PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>;
@@ -731,7 +733,13 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThrea
           const uint32_t x[4] = {w[i].x, w[i].y, w[i].z, w[i].w};
           uint32_t lo[4], hi[4];
 #pragma unroll
-          for (int j = 0; j < 4; ++j) opus::i8_key_word(x[j], tb, ones, lo[j], hi[j]);
+          for (int j = 0; j < 4; ++j) {
+            opus::i8_key_word(x[j], tb, ones, lo[j], hi[j]);
+            if constexpr (SIGNED) {  // a signed conversion's cost: two more ALU operations a word (11, not 9)
+              lo[j] = permute(lo[j], hi[j], ones);
+              hi[j] = permute(hi[j], lo[j], ones);
+            }
+          }
           if constexpr (STS) {
             tile[lt + 128 * (2 * i)] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
             tile[lt + 128 * (2 * i + 1)] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
@@ -904,7 +912,7 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThrea
 }
 
 template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2, bool FOLD = false,
-          int QF = 5, bool RAWG = false>
+          int QF = 5, bool RAWG = false, bool SIGNED = false>
 void run_pipeline(const char* name) {
   constexpr int threads = PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThreads;
   static uint8_t* src = nullptr;
@@ -917,7 +925,7 @@ void run_pipeline(const char* name) {
   const int stages = 124;  // 31744 keys an SM: MTP 1, 64 sequences x 64K keys
   float* sink = nullptr;
   cudaMalloc(&sink, size_t(sms) * threads * 4);
-  auto kernel = pipeline_kernel<MODE, STS, EPI, SWAP, KS, CONV, MMAW, FOLD, QF, RAWG>;
+  auto kernel = pipeline_kernel<MODE, STS, EPI, SWAP, KS, CONV, MMAW, FOLD, QF, RAWG, SIGNED>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pipe::kSmemBytes);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
@@ -1011,6 +1019,10 @@ void pipeline_section() {
   run_pipeline<0, true, 1, 0, 5, 2, 2, false, 5, true>("rawg, whole");
   run_pipeline<0, true, 0, 0, 4, 2, 2, false, 5, true>("rawg, 4 slices, no epilogue");
   run_pipeline<0, true, 1, 0, 4, 2, 2, false, 5, true>("rawg, 4 slices, whole");
+  std::printf("signed keys in full: four k-slices and the signed conversion's cost (11 operations a word)\n");
+  run_pipeline<1, true, 1, 0, 4, 2, 2, false, 5, false, true>("signed, producer + converters");
+  run_pipeline<0, true, 0, 0, 4, 2, 2, false, 5, false, true>("signed, whole, no epilogue");
+  run_pipeline<0, true, 1, 0, 4, 2, 2, false, 5, false, true>("signed, the whole pipeline");
 }
 
 // The legacy tensor-core path: INT8 `mma.sync` m16n8k32 (both operands from registers, no shared
