@@ -10,8 +10,9 @@
 // split-role pipeline with the kernel's memory side. Each case prints ns a key an SM (the
 // interference cases each role's cycles); compare a case with the sum of its parts alone.
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Imqa_logits_mxfp4/backends/opus/csrc \
-//        scripts/wgmma_overlap.cu -o /tmp/wgmma_overlap && /tmp/wgmma_overlap [pipeline | imma]
-// (`pipeline`, `imma`: that section alone; `imma`: INT8 mma.sync's rate.)
+//        scripts/wgmma_overlap.cu -o /tmp/wgmma_overlap && /tmp/wgmma_overlap [pipeline | imma | tile]
+// (that section alone; `imma`: INT8 mma.sync's rate; `tile`: the split body's operand layout,
+// checked exactly.)
 // ptxas schedules the permutes and FMAs around the wgmma as it likes (source order, volatile asm
 // and memory clobbers do not pin them): each case measures the layout ptxas chose.
 #include <cuda_runtime.h>
@@ -21,6 +22,7 @@
 #include <algorithm>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "i8_encode.h"
 #include "sm90_ptx.cuh"
@@ -1098,6 +1100,116 @@ void imma_section() {
   run_imma<2, 2>("mma.sync + 2 FFMA each, 16 warps", 16);
   run_imma<4, 2>("mma.sync + 4 FFMA each, 16 warps", 16);
 }
+
+// The split body's operands, checked exactly (`tile`): one warpgroup converts 64 random MXFP4 keys
+// (shift 0, biased: i8_key_word) and 64 random query columns (signed: i8_word) into K-major tiles
+// whose k-slice j holds raw block j's 32 elements -- word w's lo bytes at slots 4 w + b, its hi
+// bytes at 16 + 4 w + b: each 16-byte raw block becomes two whole 16-byte core rows (STS.128) --,
+// adds the bias slice (the constant key operand i8_bias_key against i8_bias_slice of the column's
+// operand sum), runs five SS wgmma m64n64k32 (u8 x s8) and writes the accumulators; the host
+// compares each with the exact dot product of twice the E2M1 values.
+__global__ void __launch_bounds__(128, 1) tile_kernel(const uint8_t* keys, const uint8_t* query, int32_t* out) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* ta = smem;         // keys: slice j at j * 2048; key k's core row at (k / 8) * 256 + (k % 8) * 16 (+ 128: slots 16..31)
+  uint8_t* tb = smem + 5 * 2048;  // query columns, the same order
+  const int tid = threadIdx.x;
+  const opus::I8Table kt = opus::i8_key_table(0), qt = opus::i8_table(0);
+  const uint32_t ones = kPipeOnes;
+  for (int u = tid; u < 256; u += 128) {  // unit u: row u / 4's raw block u % 4
+    const int row = u / 4, blk = u % 4, core = (row / 8) * 256 + (row % 8) * 16 + blk * 2048;
+    const uint4 rk = reinterpret_cast<const uint4*>(keys)[u], rq = reinterpret_cast<const uint4*>(query)[u];
+    const uint32_t xk[4] = {rk.x, rk.y, rk.z, rk.w}, xq[4] = {rq.x, rq.y, rq.z, rq.w};
+    uint32_t klo[4], khi[4], qlo[4], qhi[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      opus::i8_key_word(xk[w], kt, ones, klo[w], khi[w]);
+      opus::i8_word(xq[w], qt, qlo[w], qhi[w]);
+    }
+    *reinterpret_cast<uint4*>(ta + core) = make_uint4(klo[0], klo[1], klo[2], klo[3]);
+    *reinterpret_cast<uint4*>(ta + core + 128) = make_uint4(khi[0], khi[1], khi[2], khi[3]);
+    *reinterpret_cast<uint4*>(tb + core) = make_uint4(qlo[0], qlo[1], qlo[2], qlo[3]);
+    *reinterpret_cast<uint4*>(tb + core + 128) = make_uint4(qhi[0], qhi[1], qhi[2], qhi[3]);
+  }
+  __syncthreads();
+  if (tid < 64) {  // row tid of the bias slice: the constant key operand, column tid's correction
+    const int core = (tid / 8) * 256 + (tid % 8) * 16 + 4 * 2048;
+    uint32_t kb[8];
+    for (int i = 0; i < 8; ++i) {
+      kb[i] = 0u;
+      for (int b = 0; b < 4; ++b) kb[i] |= opus::i8_bias_key(4 * i + b) << (8 * b);
+    }
+    *reinterpret_cast<uint4*>(ta + core) = make_uint4(kb[0], kb[1], kb[2], kb[3]);
+    *reinterpret_cast<uint4*>(ta + core + 128) = make_uint4(kb[4], kb[5], kb[6], kb[7]);
+    int qsum = 0;
+    for (int j = 0; j < 4; ++j)
+      for (int p = 0; p < 32; ++p) qsum += int(int8_t(tb[j * 2048 + (tid / 8) * 256 + (tid % 8) * 16 + (p / 16) * 128 + p % 16]));
+    uint32_t qb[8];
+    opus::i8_bias_slice(qsum, qb);
+    *reinterpret_cast<uint4*>(tb + core) = make_uint4(qb[0], qb[1], qb[2], qb[3]);
+    *reinterpret_cast<uint4*>(tb + core + 128) = make_uint4(qb[4], qb[5], qb[6], qb[7]);
+  }
+  __syncthreads();
+  fence_async_smem();
+  const uint32_t a0 = smem_addr(ta), b0 = smem_addr(tb);
+  int32_t acc[32];
+  for (int i = 0; i < 32; ++i) acc[i] = 0;
+  const uint32_t none[4] = {0u, 0u, 0u, 0u};
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < 5; ++j) wgmma64<true>(acc, none, smem_desc_at(a0 + j * 2048, 128, 256), smem_desc_at(b0 + j * 2048, 128, 256));
+  wgmma_commit();
+  wgmma_wait<0>();
+  for (int i = 0; i < 32; ++i) pin(acc[i]);
+  const int warp = tid / 32, g = (tid % 32) / 4, t = tid % 4;
+  for (int i = 0; i < 8; ++i)  // acc[4 i + 2 kk + e]: row 16 warp + g + 8 kk, column 8 i + 2 t + e
+    for (int kk = 0; kk < 2; ++kk)
+      for (int e = 0; e < 2; ++e) out[(16 * warp + g + 8 * kk) * 64 + 8 * i + 2 * t + e] = acc[4 * i + 2 * kk + e];
+}
+void tile_section() {
+  std::printf("the split body's operands (k-slice j = raw block j, bias slice), five SS wgmma, exact check\n");
+  std::vector<uint8_t> keys(64 * 64), query(64 * 64);
+  uint32_t x = 12345u;
+  for (auto* v : {&keys, &query})
+    for (auto& b : *v) {
+      x = x * 1664525u + 1013904223u;
+      b = uint8_t(x >> 24);
+    }
+  uint8_t *dk = nullptr, *dq = nullptr;
+  int32_t* dout = nullptr;
+  cudaMalloc(&dk, keys.size());
+  cudaMalloc(&dq, query.size());
+  cudaMalloc(&dout, 64 * 64 * 4);
+  cudaMemcpy(dk, keys.data(), keys.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dq, query.data(), query.size(), cudaMemcpyHostToDevice);
+  cudaMemset(dout, 0x7F, 64 * 64 * 4);  // poisoned
+  cudaFuncSetAttribute(tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 10 * 2048);
+  tile_kernel<<<1, 128, 10 * 2048>>>(dk, dq, dout);
+  std::vector<int32_t> got(64 * 64);
+  const cudaError_t err = cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost);
+  const auto twice = [](int code) {  // 2 x E2M1(code)
+    const int m = code & 7, v = m < 5 ? m : m == 5 ? 6 : m == 6 ? 8 : 12;
+    return code & 8 ? -v : v;
+  };
+  int bad = 0;
+  long long worst = 0;
+  for (int k = 0; k < 64; ++k)
+    for (int n = 0; n < 64; ++n) {
+      long long want = 0;
+      for (int e = 0; e < 128; ++e)  // element e: nibble e % 2 of byte e / 2, the same for both
+        want += twice(keys[k * 64 + e / 2] >> (4 * (e % 2)) & 15) * twice(query[n * 64 + e / 2] >> (4 * (e % 2)) & 15);
+      const long long d = got[k * 64 + n] - want;
+      if (d != 0) {
+        if (bad < 4) std::printf("  key %d column %d: got %d, want %lld\n", k, n, got[k * 64 + n], want);
+        ++bad;
+        worst = std::max(worst, d < 0 ? -d : d);
+      }
+    }
+  std::printf("tile check: %d of 4096 cells differ (largest difference %lld)%s%s\n", bad, worst,
+              err == cudaSuccess ? "" : " ", err == cudaSuccess ? "" : cudaGetErrorString(err));
+  cudaFree(dk);
+  cudaFree(dq);
+  cudaFree(dout);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1108,6 +1220,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::string(argv[1]) == "imma") {  // that section alone
     imma_section();
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "tile") {  // that section alone
+    tile_section();
     return 0;
   }
   std::printf("three warpgroups a CTA, one CTA an SM; a block: 64 keys\n");
