@@ -1108,6 +1108,8 @@ void imma_section() {
 // adds the bias slice (the constant key operand i8_bias_key against i8_bias_slice of the column's
 // operand sum), runs five SS wgmma m64n64k32 (u8 x s8) and writes the accumulators; the host
 // compares each with the exact dot product of twice the E2M1 values.
+// BROKEN: the keys' two core rows swapped (a control: the check must then fail).
+template <bool BROKEN>
 __global__ void __launch_bounds__(128, 1) tile_kernel(const uint8_t* keys, const uint8_t* query, int32_t* out) {
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* ta = smem;         // keys: slice j at j * 2048; key k's core row at (k / 8) * 256 + (k % 8) * 16 (+ 128: slots 16..31)
@@ -1125,8 +1127,8 @@ __global__ void __launch_bounds__(128, 1) tile_kernel(const uint8_t* keys, const
       opus::i8_key_word(xk[w], kt, ones, klo[w], khi[w]);
       opus::i8_word(xq[w], qt, qlo[w], qhi[w]);
     }
-    *reinterpret_cast<uint4*>(ta + core) = make_uint4(klo[0], klo[1], klo[2], klo[3]);
-    *reinterpret_cast<uint4*>(ta + core + 128) = make_uint4(khi[0], khi[1], khi[2], khi[3]);
+    *reinterpret_cast<uint4*>(ta + core + (BROKEN ? 128 : 0)) = make_uint4(klo[0], klo[1], klo[2], klo[3]);
+    *reinterpret_cast<uint4*>(ta + core + (BROKEN ? 0 : 128)) = make_uint4(khi[0], khi[1], khi[2], khi[3]);
     *reinterpret_cast<uint4*>(tb + core) = make_uint4(qlo[0], qlo[1], qlo[2], qlo[3]);
     *reinterpret_cast<uint4*>(tb + core + 128) = make_uint4(qhi[0], qhi[1], qhi[2], qhi[3]);
   }
@@ -1165,8 +1167,10 @@ __global__ void __launch_bounds__(128, 1) tile_kernel(const uint8_t* keys, const
     for (int kk = 0; kk < 2; ++kk)
       for (int e = 0; e < 2; ++e) out[(16 * warp + g + 8 * kk) * 64 + 8 * i + 2 * t + e] = acc[4 * i + 2 * kk + e];
 }
+template <bool BROKEN>
 void tile_section() {
-  std::printf("the split body's operands (k-slice j = raw block j, bias slice), five SS wgmma, exact check\n");
+  std::printf("the split body's operands (k-slice j = raw block j, bias slice), five SS wgmma, exact check%s\n",
+              BROKEN ? " (control: the keys' core rows swapped)" : "");
   std::vector<uint8_t> keys(64 * 64), query(64 * 64);
   uint32_t x = 12345u;
   for (auto* v : {&keys, &query})
@@ -1182,8 +1186,8 @@ void tile_section() {
   cudaMemcpy(dk, keys.data(), keys.size(), cudaMemcpyHostToDevice);
   cudaMemcpy(dq, query.data(), query.size(), cudaMemcpyHostToDevice);
   cudaMemset(dout, 0x7F, 64 * 64 * 4);  // poisoned
-  cudaFuncSetAttribute(tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 10 * 2048);
-  tile_kernel<<<1, 128, 10 * 2048>>>(dk, dq, dout);
+  cudaFuncSetAttribute(tile_kernel<BROKEN>, cudaFuncAttributeMaxDynamicSharedMemorySize, 10 * 2048);
+  tile_kernel<BROKEN><<<1, 128, 10 * 2048>>>(dk, dq, dout);
   std::vector<int32_t> got(64 * 64);
   const cudaError_t err = cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost);
   const auto twice = [](int code) {  // 2 x E2M1(code)
@@ -1223,7 +1227,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "tile") {  // that section alone
-    tile_section();
+    tile_section<false>();
+    tile_section<true>();
     return 0;
   }
   std::printf("three warpgroups a CTA, one CTA an SM; a block: 64 keys\n");
