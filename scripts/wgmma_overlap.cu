@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -54,6 +55,15 @@ __device__ __forceinline__ void wgmma64(int32_t (&d)[32], const uint32_t (&a)[4]
     asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.s32.u8.s8 " D32 ", {%32, %33, %34, %35}, %36, 1;\n"
                  : ACC32(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+// D = A x B (D's old values ignored: the zero scale-d predicate, D read-write as ptxas wants it),
+// 64 x 64 x 32, u8 x s8 -> s32, both operands from shared memory: a chain's first wgmma
+__device__ __forceinline__ void wgmma64_ss_first(int32_t (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, 0, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k32.s32.u8.s8 " D32 ", %32, %33, p;\n}\n"
+               : ACC32(d)
+               : "l"(desc_a), "l"(desc_b));
 }
 
 // D (+)= A x B, 64 x 128 x 32, s8 (registers) x u8 (shared) -> s32: the swapped layout's wgmma
@@ -625,6 +635,19 @@ struct SwapRole {
 // (65536 over its threads, a multiple of 8) is the pool; the producer warpgroup 24 (none with
 // FOLD: converter c's first thread issues its stages' copies; none with RAWG: no raw ring), each converter 72 (64 with FOLD),
 // the MMA warpgroups 152 (SWAP 1, 2) or what is left, at most 240 (SWAP 3-5).
+// PROTO: converter thread lt's i-th raw block (uint4 index in a stage): block lt % 4 of key
+// 64 (i / 2) + 16 (lt / 32) + lt % 32 / 4 + 8 (i % 2) -- a quad reads one key's 64 bytes
+__device__ __forceinline__ int proto_unit(int lt, int i) {
+  return (64 * (i / 2) + 16 * (lt / 32) + lt % 32 / 4 + 8 * (i % 2)) * 4 + lt % 4;
+}
+// relu(I) * 2^-22: I's bits read as a subnormal, times 2^127, saturated (the kernel's relu_scaled)
+__device__ __forceinline__ float relu_sat(int32_t i) {
+  float y;
+  asm("mul.rn.sat.f32 %0, %1, 0f7F000000;" : "=f"(y) : "f"(__int_as_float(i)));
+  return y;
+}
+__device__ const uint32_t kNoA[4] = {0u, 0u, 0u, 0u};  // an SS wgmma's unused A registers
+
 template <int SWAP, int CONV, int MMAW, bool FOLD, bool RAWG = false>
 struct PipeRegs {
   static constexpr int kProd = FOLD || RAWG ? 0 : 1, kThreads = 128 * (kProd + CONV + MMAW), kCap = 65536 / kThreads / 8 * 8;
@@ -635,7 +658,7 @@ struct PipeRegs {
 };
 
 template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2, bool FOLD = false,
-          int QF = 5, bool RAWG = false, bool SIGNED = false>
+          int QF = 5, bool RAWG = false, bool SIGNED = false, bool PROTO = false>
 __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThreads, 1)
     pipeline_kernel(float* sink, int stages, const uint8_t* src, volatile int* stuck) {
   using Regs = PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>;
@@ -657,7 +680,43 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThrea
     }
   }
   if (tid < 3) tables[tid] = opus::i8_key_table(tid);
-  for (int i = tid; i < 5 * 512; i += blockDim.x) reinterpret_cast<uint32_t*>(smem + pipe::kQOff)[i] = i * 2654435761u;
+  // PROTO: the CTA's query (64 columns of MXFP4 after the chunks in src; signed, shift 0) as the
+  // query operand, k-slice j = raw block j (`tile`'s checked order), its bias slice, and the bias
+  // slice's constant key operand (a 64-row tile in the `red` area); else garbage operands
+  const uint8_t* proto_q = src + (long long)pipe::kChunks * pipe::kRawBytes + (long long)blockIdx.x * 4096;
+  if constexpr (PROTO) {
+    const opus::I8Table qt = opus::i8_table(0);
+    if (tid < 256) {  // column tid / 4's raw block tid % 4
+      const int n = tid / 4, blk = tid % 4, core = blk * 2048 + (n / 8) * 256 + (n % 8) * 16;
+      const uint4 r = reinterpret_cast<const uint4*>(proto_q)[tid];
+      const uint32_t x[4] = {r.x, r.y, r.z, r.w};
+      uint32_t lo[4], hi[4];
+      for (int w = 0; w < 4; ++w) opus::i8_word(x[w], qt, lo[w], hi[w]);
+      *reinterpret_cast<uint4*>(smem + pipe::kQOff + core) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      *reinterpret_cast<uint4*>(smem + pipe::kQOff + core + 128) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    }
+    __syncthreads();
+    if (tid < 64) {
+      const int core = (tid / 8) * 256 + (tid % 8) * 16;
+      int qsum = 0;
+      for (int j = 0; j < 4; ++j)
+        for (int p = 0; p < 32; ++p) qsum += int(int8_t(smem[pipe::kQOff + j * 2048 + core + (p / 16) * 128 + p % 16]));
+      uint32_t qb[8], kb[8];
+      opus::i8_bias_slice(qsum, qb);
+      for (int i = 0; i < 8; ++i) {
+        kb[i] = 0u;
+        for (int b = 0; b < 4; ++b) kb[i] |= opus::i8_bias_key(4 * i + b) << (8 * b);
+      }
+      uint8_t* qs = smem + pipe::kQOff + 4 * 2048 + core;
+      uint8_t* ks = smem + pipe::kRedOff + core;
+      *reinterpret_cast<uint4*>(qs) = make_uint4(qb[0], qb[1], qb[2], qb[3]);
+      *reinterpret_cast<uint4*>(qs + 128) = make_uint4(qb[4], qb[5], qb[6], qb[7]);
+      *reinterpret_cast<uint4*>(ks) = make_uint4(kb[0], kb[1], kb[2], kb[3]);
+      *reinterpret_cast<uint4*>(ks + 128) = make_uint4(kb[4], kb[5], kb[6], kb[7]);
+    }
+  } else {
+    for (int i = tid; i < 5 * 512; i += blockDim.x) reinterpret_cast<uint32_t*>(smem + pipe::kQOff)[i] = i * 2654435761u;
+  }
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   __syncthreads();
   fence_async_smem();
@@ -723,7 +782,7 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThrea
           sc0 = reinterpret_cast<const uint32_t*>(raw + pipe::kKeys * 64)[lt];
           sc1 = reinterpret_cast<const uint32_t*>(raw + pipe::kKeys * 64)[lt + 128];
 #pragma unroll
-          for (int i = 0; i < 8; ++i) w[i] = reinterpret_cast<const uint4*>(raw)[lt + 128 * i];
+          for (int i = 0; i < 8; ++i) w[i] = reinterpret_cast<const uint4*>(raw)[PROTO ? proto_unit(lt, i) : lt + 128 * i];
           mbar_arrive(&raw_empty[slot]);  // the raw stage is read
           refill();
         }
@@ -742,7 +801,11 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThrea
               hi[j] = permute(hi[j], lo[j], ones);
             }
           }
-          if constexpr (STS) {
+          if constexpr (PROTO) {  // block tq of key 64 mb + 16 warp + g + 8 k: k-slice tq's core row, both halves
+            const int row = lt / 32 * 2 + i % 2, at = ((i / 2) * 8192 + (lt % 4) * 2048 + row * 256 + (lt % 32 / 4) * 16) / 16;
+            tile[at] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+            tile[at + 8] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+          } else if constexpr (STS) {
             tile[lt + 128 * (2 * i)] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
             tile[lt + 128 * (2 * i + 1)] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
           } else {
@@ -888,6 +951,58 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThrea
     for (int i = 0; i < 64; ++i) t += float(acc[i]);
     sink[blockIdx.x * blockDim.x + tid] = t;  // here, not after the roles join (the join's
     return;                                   // register budget is the smallest role's)
+  } else if (MODE != 3 && PROTO) {  // MMA warpgroup m, the real operands: stages m, m + MMAW, ...
+    const int m = wg - Regs::kProd - CONV, warp = lt / 32, g = lt % 32 / 4, tq = lt % 4;
+    const float* wq = reinterpret_cast<const float*>(src + (long long)pipe::kChunks * pipe::kRawBytes +
+                                                     (long long)gridDim.x * 4096) + blockIdx.x * 64;
+    float wr[16];  // the weights of heads 8 i + 2 tq + e, times 2^22 (relu_scaled hands back relu(I) * 2^-22)
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) wr[2 * i + e] = wq[8 * i + 2 * tq + e] * 4194304.0f;
+    int32_t acc[2][32] = {};
+    const uint32_t q = base + pipe::kQOff, bias_a = base + pipe::kRedOff;
+    for (int s = m; s < stages; s += MMAW) {
+      const int ts = s % pipe::kTileSlots;
+      mbar_wait(&tile_full[ts], uint32_t((s / pipe::kTileSlots) & 1));
+      const uint32_t tile = base + pipe::kTileOff + ts * pipe::kTileBytes;
+      float* outs = sink + ((long long)blockIdx.x * stages + s) * pipe::kKeys;
+      const auto store = [&](const int32_t(&a)[32], int mb) {  // the head sum of keys g, g + 8 of M block mb
+        float v[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) v[kk] = fmaf(relu_sat(a[4 * i + 2 * kk + e]), wr[2 * i + e], v[kk]);
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          v[kk] += __shfl_xor_sync(0xFFFFFFFFu, v[kk], 1);
+          v[kk] += __shfl_xor_sync(0xFFFFFFFFu, v[kk], 2);
+        }
+        if (tq < 2) outs[64 * mb + 16 * warp + g + 8 * tq] = v[tq];
+      };
+#pragma unroll
+      for (int mb = 0; mb < 4; ++mb) {  // the bias slice first (it starts the accumulator), then k-slices 0..3
+        wgmma_fence();
+        wgmma64_ss_first(acc[mb & 1], smem_desc_at(bias_a, 128, 256), smem_desc_at(q + 4 * 2048, 128, 256));
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          wgmma64<true>(acc[mb & 1], kNoA, smem_desc_at(tile + mb * 8192 + j * 2048, 128, 256), smem_desc_at(q + j * 2048, 128, 256));
+        wgmma_commit();
+        if (mb == 0) continue;
+        wgmma_wait<1>();
+#pragma unroll
+        for (int i = 0; i < 32; ++i) pin(acc[(mb - 1) & 1][i]);
+        store(acc[(mb - 1) & 1], mb - 1);
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < 32; ++i) pin(acc[1][i]);
+      mbar_arrive(&tile_empty[ts]);
+      store(acc[1], 3);
+    }
+    return;  // the logits are the output (sink holds them)
   } else if (MODE != 3) {  // MMA warpgroup m: stages m, m + MMAW, ...
     const int m = wg - Regs::kProd - CONV;
     int32_t acc[2][32] = {};
@@ -910,11 +1025,11 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThrea
     t = s0 + s1;
     for (int i = 0; i < 32; ++i) t += float(acc[0][i] + acc[1][i]);
   }
-  sink[blockIdx.x * blockDim.x + tid] = t;
+  if constexpr (!PROTO) sink[blockIdx.x * blockDim.x + tid] = t;  // PROTO: sink holds the logits
 }
 
 template <int MODE, bool STS = true, int EPI = 1, int SWAP = 0, int KS = 5, int CONV = 2, int MMAW = 2, bool FOLD = false,
-          int QF = 5, bool RAWG = false, bool SIGNED = false>
+          int QF = 5, bool RAWG = false, bool SIGNED = false, bool PROTO = false>
 void run_pipeline(const char* name) {
   constexpr int threads = PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThreads;
   static uint8_t* src = nullptr;
@@ -927,7 +1042,7 @@ void run_pipeline(const char* name) {
   const int stages = 124;  // 31744 keys an SM: MTP 1, 64 sequences x 64K keys
   float* sink = nullptr;
   cudaMalloc(&sink, size_t(sms) * threads * 4);
-  auto kernel = pipeline_kernel<MODE, STS, EPI, SWAP, KS, CONV, MMAW, FOLD, QF, RAWG, SIGNED>;
+  auto kernel = pipeline_kernel<MODE, STS, EPI, SWAP, KS, CONV, MMAW, FOLD, QF, RAWG, SIGNED, false>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pipe::kSmemBytes);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
@@ -959,6 +1074,92 @@ void run_pipeline(const char* name) {
               best * 1e3, all[3] * 1e6 / (stages * 256.0), err == cudaSuccess ? "" : " ", err == cudaSuccess ? "" : cudaGetErrorString(err));
   cudaFree(sink);
 }
+// PROTO: the non-swapped split on real data -- random E2M1 keys (scale bytes 127: shift 0, the
+// fast path), a random query and weights a CTA (one 64-head row scoring its CTA's 124 stages) --
+// checked against float64 on 4000 sampled logits (error in units of A = sum_h |w_h| relu(dot_h),
+// the op's tolerance 1e-5 A), then timed as the other cases.
+void run_proto() {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const int stages = 124;
+  const size_t chunk_bytes = size_t(pipe::kChunks) * pipe::kRawBytes, total = chunk_bytes + size_t(sms) * (4096 + 256);
+  std::vector<uint8_t> h(total);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  const auto rnd = [&] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return uint32_t(x >> 11);
+  };
+  for (int c = 0; c < sms * stages; ++c) {
+    uint8_t* st = h.data() + size_t(c) * pipe::kRawBytes;
+    for (int b = 0; b < pipe::kKeys * 64; ++b) st[b] = uint8_t(rnd());
+    std::fill(st + pipe::kKeys * 64, st + pipe::kRawBytes, uint8_t(127));
+  }
+  for (size_t b = chunk_bytes; b < chunk_bytes + size_t(sms) * 4096; ++b) h[b] = uint8_t(rnd());
+  float* wh = reinterpret_cast<float*>(h.data() + chunk_bytes + size_t(sms) * 4096);
+  for (int i = 0; i < sms * 64; ++i) wh[i] = 0.25f + float(rnd() % 1000) / 1000.0f;
+  uint8_t* src = nullptr;
+  float* out = nullptr;
+  const size_t outs = size_t(sms) * stages * pipe::kKeys;
+  cudaMalloc(&src, total);
+  cudaMalloc(&out, outs * 4);
+  cudaMemcpy(src, h.data(), total, cudaMemcpyHostToDevice);
+  cudaMemset(out, 0xFF, outs * 4);  // NaN: a logit never written fails the check
+  auto kernel = pipeline_kernel<0, true, 1, 0, 5, 2, 2, false, 5, false, false, true>;
+  constexpr int threads = PipeRegs<0, 2, 2, false>::kThreads;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pipe::kSmemBytes);
+  int* stuck = nullptr;
+  cudaMalloc(&stuck, sizeof(int));
+  kernel<<<sms, threads, pipe::kSmemBytes>>>(out, stages, src, stuck);
+  std::vector<float> got(outs);
+  const cudaError_t err = cudaMemcpy(got.data(), out, outs * 4, cudaMemcpyDeviceToHost);
+  const auto twice = [](int code) {
+    const int m = code & 7, v = m < 5 ? m : m == 5 ? 6 : m == 6 ? 8 : 12;
+    return code & 8 ? -v : v;
+  };
+  double worst = 0.0;
+  int bad = 0;
+  for (int n = 0; n < 4000; ++n) {
+    const int cta = rnd() % sms, s = rnd() % stages, key = rnd() % pipe::kKeys;
+    const uint8_t* kr = h.data() + (size_t(cta) * stages + s) * pipe::kRawBytes + key * 64;
+    const uint8_t* qr = h.data() + chunk_bytes + size_t(cta) * 4096;
+    double want = 0.0, a = 0.0;
+    for (int hd = 0; hd < 64; ++hd) {
+      long long dot = 0;
+      for (int e = 0; e < 128; ++e) dot += twice(kr[e / 2] >> (4 * (e % 2)) & 15) * twice(qr[hd * 64 + e / 2] >> (4 * (e % 2)) & 15);
+      const double r = dot > 0 ? double(dot) : 0.0, w = wh[cta * 64 + hd];
+      want += w * r;
+      a += std::fabs(w) * r;
+    }
+    const float g = got[(size_t(cta) * stages + s) * pipe::kKeys + key];
+    const double e = std::isfinite(g) ? std::fabs(double(g) - want) / (a > 0 ? a : 1.0) : 1e30;
+    worst = std::max(worst, e);
+    if (e > 1e-5) {
+      if (bad < 4) std::printf("  cta %d stage %d key %d: got %.9g, want %.9g\n", cta, s, key, g, want);
+      ++bad;
+    }
+  }
+  std::printf("proto check: %d of 4000 sampled logits outside 1e-5 A (worst %.3g A)%s%s\n", bad, worst,
+              err == cudaSuccess ? "" : " ", err == cudaSuccess ? "" : cudaGetErrorString(err));
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  float all[7];
+  for (int r = 0; r < 7; ++r) {
+    cudaEventRecord(e0);
+    kernel<<<sms, threads, pipe::kSmemBytes>>>(out, stages, src, stuck);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    cudaEventElapsedTime(&all[r], e0, e1);
+  }
+  std::sort(all, all + 7);
+  std::printf("%-52s %6.1f us a launch (median of 7; best %.1f)\n", "proto: the split on real data, whole", all[3] * 1e3, all[0] * 1e3);
+  cudaFree(src);
+  cudaFree(out);
+  cudaFree(stuck);
+}
+
 // The split-role pipeline's cases (`pipeline` runs them alone).
 void pipeline_section() {
   std::printf("the split-role pipeline with the kernel's memory side (124 stages of 256 keys an SM: MTP 1 64 x 64K)\n");
@@ -1224,6 +1425,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::string(argv[1]) == "imma") {  // that section alone
     imma_section();
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "proto") {  // that case alone
+    run_proto();
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "tile") {  // that section alone
