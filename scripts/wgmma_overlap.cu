@@ -635,10 +635,17 @@ struct SwapRole {
 // (65536 over its threads, a multiple of 8) is the pool; the producer warpgroup 24 (none with
 // FOLD: converter c's first thread issues its stages' copies; none with RAWG: no raw ring), each converter 72 (64 with FOLD),
 // the MMA warpgroups 152 (SWAP 1, 2) or what is left, at most 240 (SWAP 3-5).
-// PROTO: converter thread lt's i-th raw block (uint4 index in a stage): block lt % 4 of key
-// 64 (i / 2) + 16 (lt / 32) + lt % 32 / 4 + 8 (i % 2) -- a quad reads one key's 64 bytes
+// PROTO: converter thread lt's key g (of the eight a warp's load covers) and raw block tq. A
+// 16-byte access is served eight lanes at a time (lanes 8p .. 8p + 7), each eight conflict-free
+// only if they hit eight different 16-byte bank slots: the tile's rows of one block put key g in
+// slot g, so the eight lanes take g = 0..7; the raw keys (64 bytes each) put key g's block tq in
+// slot (4 g + tq) % 8, so tq = (g / 2 + p) % 4. (Quads of one key -- tq = lane % 4 -- made the
+// tile's stores 4-way conflicted: ncu counted 12.9M store conflicts, and the case took 171 us.)
+__device__ __forceinline__ int proto_g(int lt) { return lt % 8; }
+__device__ __forceinline__ int proto_tq(int lt) { return (lt % 8 / 2 + lt % 32 / 8) % 4; }
+// thread lt's i-th raw block (uint4 index in a stage): block tq of key 64 (i / 2) + 16 (lt / 32) + g + 8 (i % 2)
 __device__ __forceinline__ int proto_unit(int lt, int i) {
-  return (64 * (i / 2) + 16 * (lt / 32) + lt % 32 / 4 + 8 * (i % 2)) * 4 + lt % 4;
+  return (64 * (i / 2) + 16 * (lt / 32) + proto_g(lt) + 8 * (i % 2)) * 4 + proto_tq(lt);
 }
 // relu(I) * 2^-22: I's bits read as a subnormal, times 2^127, saturated (the kernel's relu_scaled)
 __device__ __forceinline__ float relu_sat(int32_t i) {
@@ -804,7 +811,7 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThrea
             }
           }
           if constexpr (PROTO) {  // block tq of key 64 mb + 16 warp + g + 8 k: k-slice tq's core row, both halves
-            const int row = lt / 32 * 2 + i % 2, at = ((i / 2) * 8192 + (lt % 4) * 2048 + row * 256 + (lt % 32 / 4) * 16) / 16;
+            const int row = lt / 32 * 2 + i % 2, at = ((i / 2) * 8192 + proto_tq(lt) * 2048 + row * 256 + proto_g(lt) * 16) / 16;
             tile[at] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
             tile[at + 8] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
           } else if constexpr (STS) {
@@ -1452,10 +1459,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "proto") {  // that case alone
-    run_proto<1>(false);
-    run_proto<1>(true);
     run_proto<2>(false);  // the raw stage released after its conversion
     run_proto<2>(false);
+    run_proto<1>(false);  // released once its loads are issued (a race: the check fails)
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "tile") {  // that section alone
