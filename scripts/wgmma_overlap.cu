@@ -44,13 +44,17 @@ namespace {
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
   "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 
-// D += A x B, 64 x 64 x 32, u8 x s8 -> s32; A from registers (RS) or shared memory (SS)
+// D += A x B, 64 x 64 x 32, u8 x s8 -> s32, both operands from shared memory
+__device__ __forceinline__ void wgmma64_ss(int32_t (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.s32.u8.s8 " D32 ", %32, %33, 1;\n"
+               : ACC32(d)
+               : "l"(desc_a), "l"(desc_b));
+}
+// The same with A from registers (RS) or, SS, from shared memory (`a` unused)
 template <bool SS>
 __device__ __forceinline__ void wgmma64(int32_t (&d)[32], const uint32_t (&a)[4], uint64_t desc_a, uint64_t desc_b) {
   if constexpr (SS)
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.s32.u8.s8 " D32 ", %32, %33, 1;\n"
-                 : ACC32(d)
-                 : "l"(desc_a), "l"(desc_b));
+    wgmma64_ss(d, desc_a, desc_b);
   else
     asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.s32.u8.s8 " D32 ", {%32, %33, %34, %35}, %36, 1;\n"
                  : ACC32(d)
@@ -119,6 +123,36 @@ __device__ __forceinline__ float scell(int32_t i, float w, float acc) {
 
 constexpr int kSmem = 64 * 1024;
 
+// The split body's operand order (`tile` checks it): k-slice blk (2 KB for 64 rows) holds raw
+// block blk's 32 elements of each row; row r's 16-byte core row at (r / 8) * 256 + (r % 8) * 16,
+// its slots 16..31 128 bytes on (the K-major no-swizzle layout of smem_desc_at(.., 128, 256)).
+__device__ __forceinline__ int core_off(int row, int blk) { return blk * 2048 + (row / 8) * 256 + (row % 8) * 16; }
+// A converted raw block (lo: slots 0..15, hi: 16..31) into its core row at `at` (core_off's).
+__device__ __forceinline__ void put_rows(uint8_t* at, const uint32_t* lo, const uint32_t* hi) {
+  *reinterpret_cast<uint4*>(at) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  *reinterpret_cast<uint4*>(at + 128) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+}
+// Row `row`'s raw block `blk` into the slices at `slices`.
+__device__ __forceinline__ void put_block(uint8_t* slices, int row, int blk, const uint32_t* lo, const uint32_t* hi) {
+  put_rows(slices + core_off(row, blk), lo, hi);
+}
+// Column n's bias slice: its operand sum over the query slices 0..3 at `q` (signed bytes), the
+// correction i8_bias_slice into slice 4 of `q`, and row n of the constant key operand
+// (i8_bias_key) into the 64-row slice at `kbias`.
+__device__ __forceinline__ void put_bias(uint8_t* q, uint8_t* kbias, int n) {
+  int qsum = 0;
+  for (int j = 0; j < 4; ++j)
+    for (int p = 0; p < 32; ++p) qsum += int(int8_t(q[core_off(n, j) + (p / 16) * 128 + p % 16]));
+  uint32_t qb[8], kb[8];
+  opus::i8_bias_slice(qsum, qb);
+  for (int i = 0; i < 8; ++i) {
+    kb[i] = 0u;
+    for (int b = 0; b < 4; ++b) kb[i] |= opus::i8_bias_key(4 * i + b) << (8 * b);
+  }
+  put_block(q, n, 4, qb, qb + 4);
+  put_block(kbias, n, 0, kb, kb + 4);
+}
+
 // Every case's start: the first 64 KB of shared memory filled (the wgmma operands), visible to the
 // tensor core's async reads; returns its shared-window address.
 __device__ __forceinline__ uint32_t fill_smem(uint8_t* smem) {
@@ -151,11 +185,10 @@ __device__ __forceinline__ void epilogue(const int32_t (&acc)[32], float w, floa
 template <int CUR, int EPI = 1, int KS = 5>
 __device__ __forceinline__ void ss_block(int32_t (&acc)[2][32], uint32_t a_base, uint32_t q_base, bool first, float w,
                                          float& s0, float& s1) {
-  const uint32_t a[4] = {0u, 0u, 0u, 0u};  // unused: A comes from shared memory
   wgmma_fence();
 #pragma unroll
   for (int j = 0; j < KS; ++j)
-    wgmma64<true>(acc[CUR], a, smem_desc_at(a_base + (j % 4) * 2048, 128, 256), smem_desc_at(q_base + j * 2048, 128, 256));
+    wgmma64_ss(acc[CUR], smem_desc_at(a_base + (j % 4) * 2048, 128, 256), smem_desc_at(q_base + j * 2048, 128, 256));
   wgmma_commit();
   if (first) return;
   wgmma_wait<1>();
@@ -616,9 +649,9 @@ __device__ __forceinline__ void swap_epilogue(const int32_t (&d)[KEYS / 2], floa
 }
 
 // A swapped MMA warpgroup's fixed state: its index m, the query's A fragment (garbage values), in
-// registers for the launch -- one for the five k steps: with five (20 registers, as a kernel
-// needs) ptxas kept the MMA region near 108 registers whatever setmaxnreg asked, spilled them
-// and serialized the wgmma (C7512) -- its half of the head-sum buffer, two weights.
+// registers for the launch -- one for the five k steps (SWAP 1, 2 as measured first; SWAP 3-5 hold
+// five, as a kernel needs: the spills that first kept them out came from the chain's write-only
+// first wgmma, docs/perf-notes.md) --, its half of the head-sum buffer, two weights.
 struct SwapRole {
   int m;
   uint32_t qa[4];
@@ -631,10 +664,6 @@ struct SwapRole {
   }
 };
 
-// The warpgroups and the registers a thread of each role gets (setmaxnreg): the launch's cap
-// (65536 over its threads, a multiple of 8) is the pool; the producer warpgroup 24 (none with
-// FOLD: converter c's first thread issues its stages' copies; none with RAWG: no raw ring), each converter 72 (64 with FOLD),
-// the MMA warpgroups 152 (SWAP 1, 2) or what is left, at most 240 (SWAP 3-5).
 // PROTO: converter thread lt's key g (of the eight a warp's load covers) and raw block tq. A
 // 16-byte access is served eight lanes at a time (lanes 8p .. 8p + 7), each eight conflict-free
 // only if they hit eight different 16-byte bank slots: the tile's rows of one block put key g in
@@ -653,8 +682,12 @@ __device__ __forceinline__ float relu_sat(int32_t i) {
   asm("mul.rn.sat.f32 %0, %1, 0f7F000000;" : "=f"(y) : "f"(__int_as_float(i)));
   return y;
 }
-__device__ const uint32_t kNoA[4] = {0u, 0u, 0u, 0u};  // an SS wgmma's unused A registers
 
+// The warpgroups and the registers a thread of each role gets (setmaxnreg): the launch's cap
+// (65536 over its threads, a multiple of 8) is the pool; the producer warpgroup 24 (none with
+// FOLD: converter c's first thread issues its stages' copies; none with RAWG: no raw ring), each
+// converter 72 (64 with FOLD), the MMA warpgroups 152 (SWAP 1, 2) or what is left, at most 240
+// (SWAP 3-5).
 template <int SWAP, int CONV, int MMAW, bool FOLD, bool RAWG = false>
 struct PipeRegs {
   static constexpr int kProd = FOLD || RAWG ? 0 : 1, kThreads = 128 * (kProd + CONV + MMAW), kCap = 65536 / kThreads / 8 * 8;
@@ -690,37 +723,17 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThrea
   // PROTO: the CTA's query (64 columns of MXFP4 after the chunks in src; signed, shift 0) as the
   // query operand, k-slice j = raw block j (`tile`'s checked order), its bias slice, and the bias
   // slice's constant key operand (a 64-row tile in the `red` area); else garbage operands
-  const uint8_t* proto_q = src + (long long)pipe::kChunks * pipe::kRawBytes + (long long)blockIdx.x * 4096;
   if constexpr (PROTO) {
-    const opus::I8Table qt = opus::i8_table(0);
     if (tid < 256) {  // column tid / 4's raw block tid % 4
-      const int n = tid / 4, blk = tid % 4, core = blk * 2048 + (n / 8) * 256 + (n % 8) * 16;
-      const uint4 r = reinterpret_cast<const uint4*>(proto_q)[tid];
+      const uint8_t* query = src + (long long)pipe::kChunks * pipe::kRawBytes + (long long)blockIdx.x * 4096;
+      const uint4 r = reinterpret_cast<const uint4*>(query)[tid];
       const uint32_t x[4] = {r.x, r.y, r.z, r.w};
       uint32_t lo[4], hi[4];
-      for (int w = 0; w < 4; ++w) opus::i8_word(x[w], qt, lo[w], hi[w]);
-      *reinterpret_cast<uint4*>(smem + pipe::kQOff + core) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-      *reinterpret_cast<uint4*>(smem + pipe::kQOff + core + 128) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      for (int w = 0; w < 4; ++w) opus::i8_word(x[w], opus::i8_table(0), lo[w], hi[w]);
+      put_block(smem + pipe::kQOff, tid / 4, tid % 4, lo, hi);
     }
     __syncthreads();
-    if (tid < 64) {
-      const int core = (tid / 8) * 256 + (tid % 8) * 16;
-      int qsum = 0;
-      for (int j = 0; j < 4; ++j)
-        for (int p = 0; p < 32; ++p) qsum += int(int8_t(smem[pipe::kQOff + j * 2048 + core + (p / 16) * 128 + p % 16]));
-      uint32_t qb[8], kb[8];
-      opus::i8_bias_slice(qsum, qb);
-      for (int i = 0; i < 8; ++i) {
-        kb[i] = 0u;
-        for (int b = 0; b < 4; ++b) kb[i] |= opus::i8_bias_key(4 * i + b) << (8 * b);
-      }
-      uint8_t* qs = smem + pipe::kQOff + 4 * 2048 + core;
-      uint8_t* ks = smem + pipe::kRedOff + core;
-      *reinterpret_cast<uint4*>(qs) = make_uint4(qb[0], qb[1], qb[2], qb[3]);
-      *reinterpret_cast<uint4*>(qs + 128) = make_uint4(qb[4], qb[5], qb[6], qb[7]);
-      *reinterpret_cast<uint4*>(ks) = make_uint4(kb[0], kb[1], kb[2], kb[3]);
-      *reinterpret_cast<uint4*>(ks + 128) = make_uint4(kb[4], kb[5], kb[6], kb[7]);
-    }
+    if (tid < 64) put_bias(smem + pipe::kQOff, smem + pipe::kRedOff, tid);
   } else {
     for (int i = tid; i < 5 * 512; i += blockDim.x) reinterpret_cast<uint32_t*>(smem + pipe::kQOff)[i] = i * 2654435761u;
   }
@@ -765,6 +778,8 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThrea
       for (int i = 0; i < 2; ++i) nsc[i] = __ldg(reinterpret_cast<const uint32_t*>(g + pipe::kKeys * 64) + lt + 128 * i);
     };
     if (RAWG && c < stages) fetch(c);
+    // PROTO: this thread's core row in M block 0 (key 16 warp + g, block tq); + 256 for key + 8
+    const int proto_row = core_off(lt / 32 * 16 + proto_g(lt), proto_tq(lt));
     for (int s = c; s < stages; s += CONV) {
       const int slot = s % pipe::kRawSlots, ts = s % pipe::kTileSlots;
       if (!RAWG) pipe_wait(&raw_full[slot], uint32_t((s / pipe::kRawSlots) & 1), 2 * 100000 + wg * 1000 + s, stuck);
@@ -810,10 +825,8 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThrea
               hi[j] = permute(hi[j], lo[j], ones);
             }
           }
-          if constexpr (PROTO) {  // block tq of key 64 mb + 16 warp + g + 8 k: k-slice tq's core row, both halves
-            const int row = lt / 32 * 2 + i % 2, at = ((i / 2) * 8192 + proto_tq(lt) * 2048 + row * 256 + proto_g(lt) * 16) / 16;
-            tile[at] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-            tile[at + 8] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+          if constexpr (PROTO) {  // block tq of key 64 mb + 16 warp + g + 8 k: row 16 warp + g + 8 k of M block mb
+            put_rows(reinterpret_cast<uint8_t*>(tile) + (i / 2) * 8192 + (i % 2) * 256 + proto_row, lo, hi);
           } else if constexpr (STS) {
             tile[lt + 128 * (2 * i)] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
             tile[lt + 128 * (2 * i + 1)] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
@@ -990,7 +1003,7 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThrea
           v[kk] += __shfl_xor_sync(0xFFFFFFFFu, v[kk], 1);
           v[kk] += __shfl_xor_sync(0xFFFFFFFFu, v[kk], 2);
         }
-        if (tq < 2) outs[64 * mb + 16 * warp + g + 8 * tq] = v[tq];
+        if (tq < 2) outs[64 * mb + 16 * warp + g + 8 * tq] = tq == 0 ? v[0] : v[1];
       };
 #pragma unroll
       for (int mb = 0; mb < 4; ++mb) {  // the bias slice first (it starts the accumulator), then k-slices 0..3
@@ -998,7 +1011,7 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThrea
         wgmma64_ss_first(acc[mb & 1], smem_desc_at(bias_a, 128, 256), smem_desc_at(q + 4 * 2048, 128, 256));
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          wgmma64<true>(acc[mb & 1], kNoA, smem_desc_at(tile + mb * 8192 + j * 2048, 128, 256), smem_desc_at(q + j * 2048, 128, 256));
+          wgmma64_ss(acc[mb & 1], smem_desc_at(tile + mb * 8192 + j * 2048, 128, 256), smem_desc_at(q + j * 2048, 128, 256));
         wgmma_commit();
         if (mb == 0) continue;
         wgmma_wait<1>();
@@ -1090,6 +1103,12 @@ void run_pipeline(const char* name) {
               all[0] * 1e3, all[3] * 1e6 / (stages * 256.0), err == cudaSuccess ? "" : " ", err == cudaSuccess ? "" : cudaGetErrorString(err));
   cudaFree(sink);
 }
+// Twice the E2M1 value of a code (host): the integer the INT8 operands hold at shift 0.
+int twice_e2m1(int code) {
+  const int m = code & 7, v = m < 5 ? m : m == 5 ? 6 : m == 6 ? 8 : 12;
+  return code & 8 ? -v : v;
+}
+
 // PROTO: the non-swapped split on real data -- random E2M1 keys (scale bytes 127: shift 0, the
 // fast path), a random query and weights a CTA (one 64-head row scoring its CTA's 124 stages) --
 // checked against float64 on every logit of every 8th CTA (error in units of A = sum_h |w_h|
@@ -1133,10 +1152,6 @@ void run_proto(bool keys_const) {
   kernel<<<sms, threads, pipe::kSmemBytes>>>(out, stages, src, stuck);
   std::vector<float> got(outs);
   const cudaError_t err = cudaMemcpy(got.data(), out, outs * 4, cudaMemcpyDeviceToHost);
-  const auto twice = [](int code) {
-    const int m = code & 7, v = m < 5 ? m : m == 5 ? 6 : m == 6 ? 8 : 12;
-    return code & 8 ? -v : v;
-  };
   // every logit of every 8th CTA (a race shows as a cluster: a stage or a tile slot's keys)
   double worst = 0.0;
   int bad = 0, checked = 0, bad_stages = 0;
@@ -1144,13 +1159,13 @@ void run_proto(bool keys_const) {
     int qv[64][128];
     const uint8_t* qr = h.data() + chunk_bytes + size_t(cta) * 4096;
     for (int hd = 0; hd < 64; ++hd)
-      for (int e = 0; e < 128; ++e) qv[hd][e] = twice(qr[hd * 64 + e / 2] >> (4 * (e % 2)) & 15);
+      for (int e = 0; e < 128; ++e) qv[hd][e] = twice_e2m1(qr[hd * 64 + e / 2] >> (4 * (e % 2)) & 15);
     for (int s = 0; s < stages; ++s) {
       int stage_bad = 0;
       for (int key = 0; key < pipe::kKeys; ++key) {
         const uint8_t* kr = h.data() + (size_t(cta) * stages + s) * pipe::kRawBytes + key * 64;
         int kv[128];
-        for (int e = 0; e < 128; ++e) kv[e] = twice(kr[e / 2] >> (4 * (e % 2)) & 15);
+        for (int e = 0; e < 128; ++e) kv[e] = twice_e2m1(kr[e / 2] >> (4 * (e % 2)) & 15);
         double want = 0.0, a = 0.0;
         for (int hd = 0; hd < 64; ++hd) {
           int dot = 0;
@@ -1340,13 +1355,12 @@ void imma_section() {
 template <bool BROKEN>
 __global__ void __launch_bounds__(128, 1) tile_kernel(const uint8_t* keys, const uint8_t* query, int32_t* out) {
   extern __shared__ __align__(128) uint8_t smem[];
-  uint8_t* ta = smem;         // keys: slice j at j * 2048; key k's core row at (k / 8) * 256 + (k % 8) * 16 (+ 128: slots 16..31)
+  uint8_t* ta = smem;             // keys, in the order core_off names
   uint8_t* tb = smem + 5 * 2048;  // query columns, the same order
   const int tid = threadIdx.x;
   const opus::I8Table kt = opus::i8_key_table(0), qt = opus::i8_table(0);
   const uint32_t ones = kPipeOnes;
   for (int u = tid; u < 256; u += 128) {  // unit u: row u / 4's raw block u % 4
-    const int row = u / 4, blk = u % 4, core = (row / 8) * 256 + (row % 8) * 16 + blk * 2048;
     const uint4 rk = reinterpret_cast<const uint4*>(keys)[u], rq = reinterpret_cast<const uint4*>(query)[u];
     const uint32_t xk[4] = {rk.x, rk.y, rk.z, rk.w}, xq[4] = {rq.x, rq.y, rq.z, rq.w};
     uint32_t klo[4], khi[4], qlo[4], qhi[4];
@@ -1355,38 +1369,22 @@ __global__ void __launch_bounds__(128, 1) tile_kernel(const uint8_t* keys, const
       opus::i8_key_word(xk[w], kt, ones, klo[w], khi[w]);
       opus::i8_word(xq[w], qt, qlo[w], qhi[w]);
     }
-    *reinterpret_cast<uint4*>(ta + core + (BROKEN ? 128 : 0)) = make_uint4(klo[0], klo[1], klo[2], klo[3]);
-    *reinterpret_cast<uint4*>(ta + core + (BROKEN ? 0 : 128)) = make_uint4(khi[0], khi[1], khi[2], khi[3]);
-    *reinterpret_cast<uint4*>(tb + core) = make_uint4(qlo[0], qlo[1], qlo[2], qlo[3]);
-    *reinterpret_cast<uint4*>(tb + core + 128) = make_uint4(qhi[0], qhi[1], qhi[2], qhi[3]);
+    if (BROKEN)
+      put_block(ta, u / 4, u % 4, khi, klo);
+    else
+      put_block(ta, u / 4, u % 4, klo, khi);
+    put_block(tb, u / 4, u % 4, qlo, qhi);
   }
   __syncthreads();
-  if (tid < 64) {  // row tid of the bias slice: the constant key operand, column tid's correction
-    const int core = (tid / 8) * 256 + (tid % 8) * 16 + 4 * 2048;
-    uint32_t kb[8];
-    for (int i = 0; i < 8; ++i) {
-      kb[i] = 0u;
-      for (int b = 0; b < 4; ++b) kb[i] |= opus::i8_bias_key(4 * i + b) << (8 * b);
-    }
-    *reinterpret_cast<uint4*>(ta + core) = make_uint4(kb[0], kb[1], kb[2], kb[3]);
-    *reinterpret_cast<uint4*>(ta + core + 128) = make_uint4(kb[4], kb[5], kb[6], kb[7]);
-    int qsum = 0;
-    for (int j = 0; j < 4; ++j)
-      for (int p = 0; p < 32; ++p) qsum += int(int8_t(tb[j * 2048 + (tid / 8) * 256 + (tid % 8) * 16 + (p / 16) * 128 + p % 16]));
-    uint32_t qb[8];
-    opus::i8_bias_slice(qsum, qb);
-    *reinterpret_cast<uint4*>(tb + core) = make_uint4(qb[0], qb[1], qb[2], qb[3]);
-    *reinterpret_cast<uint4*>(tb + core + 128) = make_uint4(qb[4], qb[5], qb[6], qb[7]);
-  }
+  if (tid < 64) put_bias(tb, ta + 4 * 2048, tid);  // row tid of the bias slice (keys: slice 4 of ta)
   __syncthreads();
   fence_async_smem();
   const uint32_t a0 = smem_addr(ta), b0 = smem_addr(tb);
   int32_t acc[32];
   for (int i = 0; i < 32; ++i) acc[i] = 0;
-  const uint32_t none[4] = {0u, 0u, 0u, 0u};
   wgmma_fence();
 #pragma unroll
-  for (int j = 0; j < 5; ++j) wgmma64<true>(acc, none, smem_desc_at(a0 + j * 2048, 128, 256), smem_desc_at(b0 + j * 2048, 128, 256));
+  for (int j = 0; j < 5; ++j) wgmma64_ss(acc, smem_desc_at(a0 + j * 2048, 128, 256), smem_desc_at(b0 + j * 2048, 128, 256));
   wgmma_commit();
   wgmma_wait<0>();
   for (int i = 0; i < 32; ++i) pin(acc[i]);
@@ -1418,17 +1416,13 @@ void tile_section() {
   tile_kernel<BROKEN><<<1, 128, 10 * 2048>>>(dk, dq, dout);
   std::vector<int32_t> got(64 * 64);
   const cudaError_t err = cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost);
-  const auto twice = [](int code) {  // 2 x E2M1(code)
-    const int m = code & 7, v = m < 5 ? m : m == 5 ? 6 : m == 6 ? 8 : 12;
-    return code & 8 ? -v : v;
-  };
   int bad = 0;
   long long worst = 0;
   for (int k = 0; k < 64; ++k)
     for (int n = 0; n < 64; ++n) {
       long long want = 0;
       for (int e = 0; e < 128; ++e)  // element e: nibble e % 2 of byte e / 2, the same for both
-        want += twice(keys[k * 64 + e / 2] >> (4 * (e % 2)) & 15) * twice(query[n * 64 + e / 2] >> (4 * (e % 2)) & 15);
+        want += twice_e2m1(keys[k * 64 + e / 2] >> (4 * (e % 2)) & 15) * twice_e2m1(query[n * 64 + e / 2] >> (4 * (e % 2)) & 15);
       const long long d = got[k * 64 + n] - want;
       if (d != 0) {
         if (bad < 4) std::printf("  key %d column %d: got %d, want %lld\n", k, n, got[k * 64 + n], want);
