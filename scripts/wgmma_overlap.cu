@@ -806,6 +806,7 @@ __global__ void __launch_bounds__(PipeRegs<SWAP, CONV, MMAW, FOLD, RAWG>::kThrea
 #pragma unroll
           for (int i = 0; i < 8; ++i) w[i] = reinterpret_cast<const uint4*>(raw)[PROTO ? proto_unit(lt, i) : lt + 128 * i];
           if (PROTO != 2) {
+            if (PROTO == 3) fence_async_smem();  // PROTO 3: the proxy fence orders the loads before the refill
             mbar_arrive(&raw_empty[slot]);  // the raw stage is read (its loads issued)
             refill();
           }
@@ -1452,6 +1453,9 @@ int main(int argc, char** argv) {
     run_proto<2>(false);  // the raw stage released after its conversion
     run_proto<2>(false);
     run_proto<1>(false);  // released once its loads are issued (a race: the check fails)
+    run_proto<3>(false);  // released once its loads are issued, after a proxy fence
+    run_proto<3>(false);
+    run_proto<3>(false);
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "tile") {  // that section alone

@@ -689,7 +689,7 @@ struct I8Consumer {
           d[k] = int(quad_get(offsets[mb >> 1], judge(mb, k)) >> (8 * t)) & 3;
         scale[mb & 1] = quad_get(factor[mb >> 1], judge(mb, t & 1));  // the key this lane stores
         if (mb > 0) load_raw(raw_base, mb, raw);
-        if (mb == S::MB - 1) mbar_arrive(empty);  // the stage's last read
+        if (mb == S::MB - 1) release(empty);  // the stage's last read
         convert_fast(raw[0], raw[1], d[0], d[1], afr[mb & 1]);
       }
       if (pending) store_unit(pend_u, pend, n0, pend_scale);
@@ -811,16 +811,27 @@ struct I8Consumer {
   }
 
   // The canonical path of a stage: its M blocks one after another, each one's bytes and scales
-  // read just before it is converted; the stage is released after the last M block's reads.
+  // read just before it is converted; the stage is released after the last M block.
   OPUS_DEV void canonical_stage(const Stage& st, const uint8_t* raw_base, uint4 (&raw)[2], int n0, uint64_t* empty) {
 #pragma unroll 1  // rolled: one copy of the canonical body (each M block drains its wgmma)
     for (int m = 0; m < S::MB; ++m) {
       if (m > 0) load_raw(raw_base, m, raw);
       const uint32_t sc0 = st.scale[key_of(m, 0)], sc1 = st.scale[key_of(m, 1)];
-      if (m == S::MB - 1) mbar_arrive(empty);  // the stage's last read
       convert(raw[0], raw[1], afr[0]);
       canonical_mb(afr[0], sc0, sc1, n0, m);
     }
+    release(empty);
+  }
+
+  // Hands a ring slot back to the producer once this thread's last read of it is issued. The
+  // proxy fence comes first: the producer refills the slot with bulk copies (the async proxy),
+  // and an arrive alone does not order this thread's shared-memory loads still in flight before
+  // them -- a refill overwrote words under such loads in a prototype of this pipeline
+  // (docs/perf-notes.md, "The split on real data"). Placing the arrive after the conversion that
+  // uses the words is no remedy either: ptxas moves the conversion's arithmetic below it.
+  static OPUS_DEV void release(uint64_t* empty) {
+    fence_async_smem();
+    mbar_arrive(empty);
   }
 
   OPUS_DEV void stage(int n0) {
