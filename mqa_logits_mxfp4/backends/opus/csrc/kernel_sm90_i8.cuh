@@ -74,7 +74,11 @@ __device__ uint32_t kI8SpecialScales[2] = {0x7F7F7F7Fu, 0xFFFFFFFFu};  // global
 // ptxas could see would turn its multiply-adds back into ALU instructions).
 __device__ uint32_t kI8Ones = 0xFFFFFFFFu;
 
-template <int R, int H, int CONS>
+// SPLIT: each consumer warpgroup's work in two warpgroups -- a converter that votes and turns
+// the fast stages' key bytes into an INT8 tile in shared memory, and a consumer (the MMA
+// warpgroup) that runs the fast stages' wgmma with both operands from shared memory, the
+// epilogue, and the canonical path (docs/opus-backend.md, "The split i8 body").
+template <int R, int H, int CONS, bool SPLIT = false>
 struct I8Shape {
   static constexpr int N = R * H;                  // query operand columns: row r, head h at r * H + h
   static constexpr int NC = N < 64 ? N : 64;       // columns of one wgmma
@@ -86,11 +90,15 @@ struct I8Shape {
   static constexpr int VK = MB / 2;                // keys a lane judges in the vote
   // A ring a consumer: deep enough to cover a block-table read plus a DRAM round trip at the
   // bandwidth floor (three consumers' rings must fit 227 KB): 768 keys (CONS 3), 1024 (CONS 2)
-  static constexpr int STAGES = (CONS == 3 ? 768 : 1024) / KEYS;
+  // SPLIT: 512 keys a converter, the tile ring behind it holding two more stages.
+  static constexpr int STAGES = SPLIT ? 2 : (CONS == 3 ? 768 : 1024) / KEYS;
+  static constexpr int TILE_SLOTS = 2;             // SPLIT: converted stages a consumer pair holds
+  static constexpr int TILE_BYTES = KEYS * 128;    // SPLIT: M block mb's k-slice j at mb * 8192 + j * 2048
   static_assert(KEYS % kBlockN == 0 && (MB & (MB - 1)) == 0 && MB >= 2, "a stage: 2, 4, ... whole tiles");
   static_assert(STAGES >= 2, "a ring of at least two stages");
-  static constexpr int CT = 128 * CONS;            // consumer threads
-  static constexpr int THREADS = 128 + CT;
+  static constexpr int CT = 128 * CONS;            // consumer (SPLIT: MMA) threads
+  static constexpr int THREADS = 128 + CT + (SPLIT ? 128 * CONS : 0);
+  static_assert(!SPLIT || (CONS == 2 && NC == 64 && H == 64), "the split body: two pairs, 64 heads");
   // The fast path keeps its weights in registers only with one 64-key M block's worth of columns:
   // at 128 columns the register pressure made ptxas insert a dummy wgmma, and the fast-path sums
   // came out wrong on the H200 (rows x heads 128 then reads them from shared memory, as 256 does).
@@ -102,9 +110,11 @@ struct I8Shape {
   // CTA's pool is what it launched with, THREADS x the launch bound's per-thread count (a
   // multiple of 8); asking for more than the pool holds blocks the consumers' setmaxnreg forever.
   static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8;
-  static constexpr int PRODUCER_REGS = CONS == 3 ? 24 : 56;
-  static constexpr int CONSUMER_REGS = CONS == 1 ? 240 : CONS == 2 ? 224 : 160;
-  static_assert(128 * PRODUCER_REGS + CT * CONSUMER_REGS <= THREADS * LAUNCH_REGS, "register pool");
+  static constexpr int PRODUCER_REGS = SPLIT || CONS == 3 ? 24 : 56;
+  static constexpr int CONSUMER_REGS = SPLIT ? 152 : CONS == 1 ? 240 : CONS == 2 ? 224 : 160;
+  static constexpr int CONVERTER_REGS = SPLIT ? 72 : 0;
+  static_assert(128 * PRODUCER_REGS + CT * CONSUMER_REGS + 128 * CONS * CONVERTER_REGS <= THREADS * LAUNCH_REGS,
+                "register pool");
   static_assert(CONSUMER_REGS >= LAUNCH_REGS && PRODUCER_REGS <= LAUNCH_REGS, "setmaxnreg directions");
 };
 
@@ -125,15 +135,36 @@ struct I8GroupKeys {
   int rbeg[R], rlen[R];  // keys [rbeg, rbeg + rlen) each row stores (inside the piece's own tiles)
 };
 
-template <int R, int H, int CONS>
+// SPLIT: the converted stages, consumer pair c's slots, and their barriers. Tile t holds M block
+// mb's k-slice j (raw block j of its 64 keys, 32 bytes a key: word w's low four elements at byte
+// 4w, its high four at 16 + 4w) K-major without swizzle, the 8-key core of keys 8i..8i+7 at
+// mb * 8192 + j * 2048 + i * 256, its K half kh at + kh * 128, key m % 8 at + 16 * (m % 8).
+// Every stage passes through a slot, a canonical one carrying its verdict only: the consumer
+// learns the vote from it and never reads a fast stage's raw slot, which its converter releases
+// as soon as the tile is written.
+template <int CONS, int SLOTS, int BYTES, int KEYS, bool SPLIT>
+struct I8Tiles {
+  alignas(128) uint8_t tile[CONS][SLOTS][BYTES];
+  float factor[CONS][SLOTS][KEYS];  // fast: key k's 2^(kmin - 129)
+  int fast[CONS][SLOTS];            // the stage's verdict
+  uint64_t full[CONS][SLOTS];       // the converter's 128 threads wrote the slot
+  uint64_t empty[CONS][SLOTS];      // the MMA warpgroup's 128 threads are done with it
+};
+template <int CONS, int SLOTS, int BYTES, int KEYS>
+struct I8Tiles<CONS, SLOTS, BYTES, KEYS, false> {};
+
+template <int R, int H, int CONS, bool SPLIT = false>
 struct I8Smem {
-  using S = I8Shape<R, H, CONS>;
+  using S = I8Shape<R, H, CONS, SPLIT>;
   I8Stage<S::KEYS> stage[CONS][S::STAGES];
+  I8Tiles<CONS, S::TILE_SLOTS, S::TILE_BYTES, S::KEYS, SPLIT> tiles;
   // Query operand, K-major without swizzle: k-slice j (32 bytes of K) at j * N * 32; in it the
   // 8-column core of columns 8c..8c+7 at c * 256, its K half kh at + kh * 128, column n % 8 at
   // + 16 * (n % 8). K slot p of slice j < 4 holds element 32 * (p % 16 / 4) + 8j + 4 * (p / 16) +
-  // p % 4: lane t of a quad holds block t of its keys, word j in slice j. Slice 4 (fast groups):
-  // the key bias's correction, against the constant key operand bias_operand() names.
+  // p % 4: lane t of a quad holds block t of its keys, word j in slice j. SPLIT: the tiles' order
+  // instead, slot p of slice j element 32j + 8 * (p % 16 / 4) + 4 * (p / 16) + p % 4 (slice j is
+  // block j; lane t holds word t of each block). Slice 4 (fast groups): the key bias's
+  // correction, against the constant key operand bias_operand() names.
   alignas(128) uint8_t qb[(kScaleBlocks + 1) * S::N * 32];
   float wfast[S::N];                  // fast path: w * 2^(qmin - 127 + 22) (0 for dead rows)
   float w[S::N];                      // canonical path: the weight
@@ -150,8 +181,8 @@ struct I8Smem {
   I8GroupKeys<R> keys[CONS];          // per consumer warpgroup (each reads its own at each stage)
 };
 
-template <int R, int H, int CONS>
-constexpr int i8_smem_bytes() { return int(sizeof(I8Smem<R, H, CONS>)); }
+template <int R, int H, int CONS, bool SPLIT = false>
+constexpr int i8_smem_bytes() { return int(sizeof(I8Smem<R, H, CONS, SPLIT>)); }
 
 // The pieces of this program, the same sequence for every thread.
 struct PieceWalk {
@@ -224,11 +255,11 @@ struct RingPos {
 
 // ------------------------------------------------------------------------------------ producer
 
-template <int R, int H, int CONS>
+template <int R, int H, int CONS, bool SPLIT>
 struct I8Producer {
-  using S = I8Shape<R, H, CONS>;
+  using S = I8Shape<R, H, CONS, SPLIT>;
   const LaunchArgs& args;
-  I8Smem<R, H, CONS>& sm;
+  I8Smem<R, H, CONS, SPLIT>& sm;
   int c, lane;
   bool bulk;  // kv_scale is 16-byte aligned (kv_cache always is: checks.h): chunks by bulk copy
   RingPos<S::STAGES> ring;
@@ -308,10 +339,16 @@ struct I8Producer {
 
 // NARROW: a bfloat16 / float16 out (the float32 result rounded once at the store; the f32 kernel
 // code is the same as without narrow outs): one consumer for each, chosen at the kernel's entry.
-template <int R, int H, int CONS, bool NARROW>
+// Named barriers: 1 the consumers' group setup, 2 + c consumer c's vote, 4 + c converter c's
+// vote (SPLIT), and two between the consumers and the converters at each group (SPLIT): the
+// converters arrive on kBarGroupDone when they are done with the previous group (the consumers
+// wait there before the setup overwrites it), and all meet at kBarGroupReady once it is set up.
+constexpr int kBarGroupDone = 6, kBarGroupReady = 7;
+
+template <int R, int H, int CONS, bool NARROW, bool SPLIT = false>
 struct I8Consumer {
-  using S = I8Shape<R, H, CONS>;
-  using Sm = I8Smem<R, H, CONS>;
+  using S = I8Shape<R, H, CONS, SPLIT>;
+  using Sm = I8Smem<R, H, CONS, SPLIT>;
   using Stage = I8Stage<S::KEYS>;
   const LaunchArgs& args;
   Sm& sm;
@@ -321,6 +358,7 @@ struct I8Consumer {
   bool count_paths = false;  // path_stats given and this is its warpgroup's first thread
   uint32_t ones = 0u;        // kI8Ones (i8_key_word's multiplier)
   RingPos<S::STAGES> ring;
+  RingPos<S::TILE_SLOTS> tring;  // SPLIT: the pair's tile ring (fast stages only)
   int r0 = 0, r1 = 0;
   int kend = 0;  // the piece's key end (its stores stay below it, and inside their rows' windows)
   // Per stage, read from sm.keys[c] (registers the stage loop does not have to carry): the
@@ -432,7 +470,8 @@ struct I8Consumer {
       const int shift = fast ? byte_of(qs, blk) - min4(qs) : 0;
       uint32_t lo, hi;
       i8_word(words[i], sm.tables[shift], lo, hi);
-      uint8_t* core = sm.qb + j * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * blk;
+      const int slice = SPLIT ? blk : j, slot = SPLIT ? j : blk;  // the order of I8Smem::qb
+      uint8_t* core = sm.qb + slice * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * slot;
       *reinterpret_cast<uint32_t*>(core) = lo;
       *reinterpret_cast<uint32_t*>(core + 128) = hi;
       if (j == 0) sm.uq[blk][n] = __uint_as_float(uint32_t(127 - 2 - shift) << 23);
@@ -448,7 +487,10 @@ struct I8Consumer {
   OPUS_DEV void setup_group(const Piece& p, int gbeg, int gend, int kbeg) {
     r0 = p.r0;
     r1 = imin(p.r1, p.r0 + R);
-    bar_sync(1, S::CT);  // every consumer is done with the previous group
+    if constexpr (SPLIT)
+      bar_sync(kBarGroupDone, S::THREADS - 128);  // every consumer and converter is done with the previous group
+    else
+      bar_sync(1, S::CT);  // every consumer is done with the previous group
     // every global read of the setup issued here, in flight together
     uint32_t words[OPERAND_WORDS];
     load_operand(words);
@@ -488,7 +530,7 @@ struct I8Consumer {
     if (wr == 0) sm.keys[c].khi = khi;  // read back each stage (the last barrier below orders it)
     setup_operand(fast, words);
     fence_async_smem();
-    bar_sync(1, S::CT);
+    bar_sync(SPLIT ? kBarGroupReady : 1, SPLIT ? S::THREADS - 128 : S::CT);  // SPLIT: the converters read khi
     if constexpr (ROWS_IN_REGS) {
 #pragma unroll
       for (int r = 0; r < R; ++r) orow[r] = sm.optr[r];
@@ -568,6 +610,17 @@ struct I8Consumer {
     WgmmaI8<NC, true>::start(acc, ab, b_desc(kScaleBlocks, ch));
 #pragma unroll
     for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), true);
+  }
+
+  // SPLIT: the same chain with the key operand's four k-slices from the pair's tile (a_desc: the
+  // M block's slice 0); the bias slice's constant key operand stays in registers.
+  template <int NC>
+  OPUS_DEV void mma_chunk_ss(int32_t (&acc)[NC / 2], uint64_t a_desc, int ch) const {
+    uint32_t ab[4];
+    bias_operand(ab);
+    WgmmaI8<NC, true>::start(acc, ab, b_desc(kScaleBlocks, ch));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run_ss(acc, a_desc + uint64_t((j * 2048) >> 4), b_desc(j, ch));
   }
 
   // Waits until at most PENDING committed wgmma groups are in flight, then pins `a`, the
@@ -708,6 +761,41 @@ struct I8Consumer {
     if (unit_rows(UNITS - 1, rs)) store_unit(UNITS - 1, rs, n0, scale[(S::MB - 1) & 1]);
   }
 
+  // SPLIT: the fast path of a stage on the tile the pair's converter wrote. Unit u's wgmma is
+  // issued before unit u - 2's stores (a store is a memory operation ptxas keeps in order with
+  // the wgmma statements: before the issue, its shuffles' latency held the tensor core idle), and
+  // the tile slot is handed back once the stage's last wgmma has retired.
+  OPUS_DEV void fast_stage_split(int n0) {
+    using Tiles = I8Tiles<CONS, S::TILE_SLOTS, S::TILE_BYTES, S::KEYS, SPLIT>;
+    const int ts = tring.slot;
+    const uint64_t tile = smem_desc_at(kI8SmemBase + uint32_t(offsetof(Sm, tiles) + offsetof(Tiles, tile)) +
+                                           uint32_t((c * S::TILE_SLOTS + ts) * S::TILE_BYTES), 128, 256);
+    float scale[2] = {0.0f, 0.0f};  // as fast_stage's
+    float pend[RPC][2];
+    bool pending = false;
+    int pend_u = 0;
+#pragma unroll
+    for (int u = 0; u < UNITS; ++u) {
+      const int mb = u / S::CHUNKS, ch = u % S::CHUNKS;
+      const float pend_scale = scale[(pend_u / S::CHUNKS) & 1];
+      if (ch == 0) scale[mb & 1] = sm.tiles.factor[c][ts][key_of(mb, t & 1)];  // the key this lane stores
+      wgmma_fence();
+      mma_chunk_ss<S::NC>(acc[u & 1], tile + uint64_t((mb * 8192) >> 4), ch);
+      wgmma_commit();
+      if (pending) store_unit(pend_u, pend, n0, pend_scale);
+      if (u > 0) {
+        retired<1>(acc[(u - 1) & 1]);
+        pending = unit_rows(u - 1, pend);
+        pend_u = u - 1;
+      }
+    }
+    retired<0>(acc[(UNITS - 1) & 1]);
+    mbar_arrive(&sm.tiles.empty[c][ts]);
+    if (pending) store_unit(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1]);
+    float rs[RPC][2];
+    if (unit_rows(UNITS - 1, rs)) store_unit(UNITS - 1, rs, n0, scale[(S::MB - 1) & 1]);
+  }
+
   // The canonical head tree of one (row, key) over x[H/8][2] (heads 8i + 2t + e).
   OPUS_DEV float head_tree(const float (&x)[H / 8][2], int r) const {
     float v[H / 16][2];
@@ -748,7 +836,7 @@ struct I8Consumer {
       float s[S::ACC];
 #pragma unroll
       for (int b = 0; b < kScaleBlocks; ++b) {
-        uint32_t am[4][4];
+        uint32_t am[4][4];  // not SPLIT: block b is lane t = b's, the other lanes zeroed
         const uint32_t mask = t == b ? 0xFFFFFFFFu : 0u;
 #pragma unroll
         for (int j = 0; j < 4; ++j)
@@ -756,7 +844,10 @@ struct I8Consumer {
           for (int k = 0; k < 4; ++k) am[j][k] = a[j][k] & mask;
         int32_t blk[S::ACC];
         wgmma_fence();
-        mma_chunk<S::NC>(blk, am, ch);
+        if constexpr (SPLIT)
+          WgmmaI8<S::NC>::start(blk, a[b], b_desc(b, ch));  // block b is k-slice b of the SPLIT order
+        else
+          mma_chunk<S::NC>(blk, am, ch);
         wgmma_commit();
         retired<0>(blk);
 #pragma unroll
@@ -823,6 +914,29 @@ struct I8Consumer {
     release(empty);
   }
 
+  // SPLIT: the same with the tile order's A fragments: lane t holds word t of each raw block of
+  // its keys (four 4-byte reads a key), k-slice j being block j.
+  OPUS_DEV void canonical_stage_split(const Stage& st, int n0, uint64_t* empty) {
+    const uint8_t* base = st.raw + key_of(0, 0) * kHeadBytes + 4 * t;
+    const I8Table tb = sm.tables[0];
+#pragma unroll 1  // rolled, as canonical_stage
+    for (int m = 0; m < S::MB; ++m) {
+      uint32_t w[2][4];
+#pragma unroll
+      for (int k = 0; k < 2; ++k)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) w[k][j] = *reinterpret_cast<const uint32_t*>(base + raw_step(m, k) + 16 * j);
+      const uint32_t sc0 = st.scale[key_of(m, 0)], sc1 = st.scale[key_of(m, 1)];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        i8_word(w[0][j], tb, afr[0][j][0], afr[0][j][2]);
+        i8_word(w[1][j], tb, afr[0][j][1], afr[0][j][3]);
+      }
+      canonical_mb(afr[0], sc0, sc1, n0, m);
+    }
+    release(empty);
+  }
+
   // Hands a ring slot back to the producer once this thread's last read of it is issued. The
   // proxy fence comes first: the producer refills the slot with bulk copies (the async proxy),
   // and an arrive alone does not order this thread's shared-memory loads still in flight before
@@ -882,6 +996,24 @@ struct I8Consumer {
     }
   }
 
+  // SPLIT: a stage as its converter hands it on: the verdict from the tile slot; a fast stage
+  // from the tile, a canonical one from the raw slot (which only this warpgroup releases then).
+  OPUS_DEV void stage_split(int n0) {
+    const int ts = tring.slot;
+    mbar_wait(&sm.tiles.full[c][ts], tring.phase);
+    const bool fast = sm.tiles.fast[c][ts] != 0;  // uniform
+    if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);
+    if (fast) {
+      stage_stores(n0);
+      fast_stage_split(n0);
+    } else {
+      mbar_arrive(&sm.tiles.empty[c][ts]);  // the verdict is read
+      mbar_wait(&sm.full[c][ring.slot], ring.phase);
+      canonical_stage_split(sm.stage[c][ring.slot], n0, &sm.empty[c][ring.slot]);
+    }
+    tring.advance();
+  }
+
   OPUS_DEV void piece(const Piece& p) {
     int gbeg, gend;
     group_keys<R>(args, p, gbeg, gend);
@@ -890,15 +1022,130 @@ struct I8Consumer {
     if (kbeg >= kend) return;  // the producer skips it too
     setup_group(p, gbeg, gend, kbeg);
 #pragma unroll 1
-    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c; n0 < kend; n0 += S::KEYS * CONS, ring.advance())
-      stage(n0);
+    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c; n0 < kend; n0 += S::KEYS * CONS, ring.advance()) {
+      if constexpr (SPLIT)
+        stage_split(n0);
+      else
+        stage(n0);
+    }
+  }
+};
+
+// ------------------------------------------------------------------------------------ converter
+
+// SPLIT: converter warpgroup c takes consumer c's stages: it votes on each and hands every
+// stage on through the pair's next tile slot (I8Tiles) -- a fast one as the biased INT8 tile and
+// its keys' factors (then releases the raw slot), a canonical one as its verdict alone (the
+// consumer converts and releases that raw slot itself).
+template <int R, int H, int CONS>
+struct I8Converter {
+  using S = I8Shape<R, H, CONS, true>;
+  using Sm = I8Smem<R, H, CONS, true>;
+  using Stage = I8Stage<S::KEYS>;
+  const LaunchArgs& args;
+  Sm& sm;
+  int c;   // converter (and consumer pair)
+  int lt;  // thread in the warpgroup
+  uint32_t ones = 0u;  // kI8Ones
+  RingPos<S::STAGES> ring;
+  RingPos<S::TILE_SLOTS> tring;
+
+  // A 16-byte access is served eight lanes at a time, so lanes 8p .. 8p + 7 take keys g = 0..7
+  // of their warp's eight and raw blocks b = (g / 2 + p) % 4: eight different 16-byte bank slots
+  // both when they read the stage (key g's block b at slot (4g + b) % 8) and when they write the
+  // tile (slot g). Unit i (0..7) of a thread: key 64 (i / 2) + 16 warp + g + 8 (i % 2), row
+  // 16 warp + g + 8 (i % 2) of M block i / 2.
+  OPUS_DEV int g() const { return lt % 8; }
+  OPUS_DEV int blk() const { return (lt % 8 / 2 + lt % 32 / 8) % 4; }
+  OPUS_DEV int unit_key(int i) const { return 64 * (i / 2) + 16 * (lt / 32) + g() + 8 * (i % 2); }
+
+  // The stage's vote (the rule of I8Consumer::stage; each thread judges keys lt + 128 v) and
+  // the judged keys' smallest scale bytes.
+  static constexpr int JUDGED = S::KEYS / 128;
+  OPUS_DEV bool vote(const Stage& st, int n0, int (&kmin)[JUDGED]) const {
+    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend, khi = sm.keys[c].khi;
+    bool ok = true;  // & and |, not && and ||: no branches
+#pragma unroll
+    for (int v = 0; v < JUDGED; ++v) {
+      const int k = lt + 128 * v;
+      const uint32_t sc = st.scale[k];
+      const int kmax = max4(sc);
+      kmin[v] = min4(sc);
+      const bool outside = uint32_t(n0 + k - vbeg) >= uint32_t(vend - vbeg);
+      ok &= outside | ((kmax - kmin[v] <= kI8KeySpread) & (kmin[v] >= kI8Lo) & (kmax <= khi));
+    }
+    return khi > 0 && bar_and(4 + c, 128, ok);  // khi uniform: the group's verdict
+  }
+
+  // A fast stage into the next tile slot: each unit's raw block, shifted by its offset from the
+  // key's smallest scale byte (0..2 on a key that is scored; a key outside the group's keys may
+  // take 3, never stored), as two 16-byte core rows. The raw slot and the tile are handed on
+  // after one proxy fence (the slot's refill and the wgmma are both the async proxy).
+  OPUS_DEV void convert_stage(const Stage& st, uint64_t* empty, const int (&kmin)[JUDGED]) {
+    const int ts = tring.slot, b = blk();
+    uint4 w[8];
+    uint32_t sc[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int k = unit_key(i);
+      w[i] = *reinterpret_cast<const uint4*>(st.raw + k * kHeadBytes + 16 * b);
+      sc[i] = st.scale[k];
+    }
+    mbar_wait(&sm.tiles.empty[c][ts], tring.phase ^ 1u);
+    if (lt == 0) sm.tiles.fast[c][ts] = 1;
+#pragma unroll
+    for (int v = 0; v < JUDGED; ++v)  // as I8Consumer::stage's factor
+      sm.tiles.factor[c][ts][lt + 128 * v] = __uint_as_float(uint32_t(imax(kmin[v], 2) - 2) << 23);
+    uint8_t* const row = sm.tiles.tile[c][ts] + b * 2048 + (lt / 32) * 512 + g() * 16;  // unit 0's core row
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const I8Table tb = sm.ktables[(byte_of(sc[i], b) - min4(sc[i])) & 3];
+      const uint32_t x[4] = {w[i].x, w[i].y, w[i].z, w[i].w};
+      uint32_t lo[4], hi[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) i8_key_word(x[j], tb, ones, lo[j], hi[j]);
+      uint8_t* const at = row + (i / 2) * 8192 + (i % 2) * 256;
+      *reinterpret_cast<uint4*>(at) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      *reinterpret_cast<uint4*>(at + 128) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    }
+    fence_async_smem();
+    mbar_arrive(empty);
+    mbar_arrive(&sm.tiles.full[c][ts]);
+    tring.advance();
+  }
+  // A canonical stage: its verdict only (the consumer converts the raw slot and releases it).
+  OPUS_DEV void pass_stage() {
+    const int ts = tring.slot;
+    mbar_wait(&sm.tiles.empty[c][ts], tring.phase ^ 1u);
+    if (lt == 0) sm.tiles.fast[c][ts] = 0;
+    mbar_arrive(&sm.tiles.full[c][ts]);
+    tring.advance();
+  }
+
+  OPUS_DEV void piece(const Piece& p) {
+    int gbeg, gend;
+    group_keys<R>(args, p, gbeg, gend);
+    const int kbeg = piece_first_key(p, gbeg), kend = imin(gend, p.t1 * kBlockN);
+    if (kbeg >= kend) return;  // the consumers skip it too
+    bar_arrive(kBarGroupDone, S::THREADS - 128);   // done with the previous group's sm.keys
+    bar_sync(kBarGroupReady, S::THREADS - 128);    // this group's are written
+#pragma unroll 1
+    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c; n0 < kend; n0 += S::KEYS * CONS, ring.advance()) {
+      mbar_wait(&sm.full[c][ring.slot], ring.phase);
+      const Stage& st = sm.stage[c][ring.slot];
+      int kmin[JUDGED];
+      if (vote(st, n0, kmin))
+        convert_stage(st, &sm.empty[c][ring.slot], kmin);
+      else
+        pass_stage();
+    }
   }
 };
 
 // A consumer thread's pieces (ct: its index among the consumer threads).
-template <int R, int H, int CONS, bool NARROW>
-OPUS_DEV void i8_consume(const LaunchArgs& args, I8Smem<R, H, CONS>& sm, PieceWalk walk, int ct, int lane) {
-  I8Consumer<R, H, CONS, NARROW> cons{args, sm};
+template <int R, int H, int CONS, bool NARROW, bool SPLIT>
+OPUS_DEV void i8_consume(const LaunchArgs& args, I8Smem<R, H, CONS, SPLIT>& sm, PieceWalk walk, int ct, int lane) {
+  I8Consumer<R, H, CONS, NARROW, SPLIT> cons{args, sm};
   cons.c = ct / 128;
   cons.ct = ct;
   cons.warp = (ct % 128) / 32;
@@ -912,11 +1159,11 @@ OPUS_DEV void i8_consume(const LaunchArgs& args, I8Smem<R, H, CONS>& sm, PieceWa
     if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);
 }
 
-template <int R, int H, int CONS>
-__global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const LaunchArgs args) {
+template <int R, int H, int CONS, bool SPLIT = false>
+__global__ void __launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1) mqa_logits_sm90_i8(const LaunchArgs args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = I8Shape<R, H, CONS>;
-  auto& sm = *reinterpret_cast<I8Smem<R, H, CONS>*>(i8_smem);
+  using S = I8Shape<R, H, CONS, SPLIT>;
+  auto& sm = *reinterpret_cast<I8Smem<R, H, CONS, SPLIT>*>(i8_smem);
   const SeqView sv = seq_view(args);
   const int tid = threadIdx.x, lane = tid & 31;
   if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base
@@ -926,8 +1173,17 @@ __global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const 
 #pragma unroll
       for (int s = 0; s < S::STAGES; ++s) {
         mbar_init(&sm.full[c][s], 32);
-        mbar_init(&sm.empty[c][s], 128);
+        mbar_init(&sm.empty[c][s], 128);  // SPLIT: the converter (fast stages) or the consumer (canonical)
       }
+    if constexpr (SPLIT) {
+#pragma unroll
+      for (int c = 0; c < CONS; ++c)
+#pragma unroll
+        for (int s = 0; s < S::TILE_SLOTS; ++s) {
+          mbar_init(&sm.tiles.full[c][s], 128);
+          mbar_init(&sm.tiles.empty[c][s], 128);
+        }
+    }
   }
   if (tid < 4) sm.tables[tid] = i8_table(tid);
   if (tid >= 4 && tid < 8) sm.ktables[tid - 4] = i8_key_table(tid - 4);
@@ -948,16 +1204,25 @@ __global__ void __launch_bounds__(128 * (1 + CONS), 1) mqa_logits_sm90_i8(const 
     regs_shrink<S::PRODUCER_REGS>();
     if (tid / 32 >= CONS) return;
     const bool bulk = (reinterpret_cast<uintptr_t>(args.kv_scale) & 15) == 0;
-    I8Producer<R, H, CONS> prod{args, sm, tid / 32, lane, bulk};
+    I8Producer<R, H, CONS, SPLIT> prod{args, sm, tid / 32, lane, bulk};
     while (walk.next(args, R, p))
       if (p.r1 > p.r0 && p.t1 > p.t0) prod.piece(p);
     asm volatile("cp.async.wait_all;" ::: "memory");  // nothing in flight when the warp exits
+  } else if (SPLIT && tid < 128 + 128 * CONS) {
+    if constexpr (SPLIT) {
+      regs_shrink<S::CONVERTER_REGS>();
+      I8Converter<R, H, CONS> conv{args, sm, (tid - 128) / 128, tid % 128};
+      conv.ones = kI8Ones;
+      while (walk.next(args, R, p))
+        if (p.r1 > p.r0 && p.t1 > p.t0) conv.piece(p);
+    }
   } else {
     regs_grow<S::CONSUMER_REGS>();
+    const int ct = tid - 128 - (SPLIT ? 128 * CONS : 0);
     if (args.out_kind == kOutF32)
-      i8_consume<R, H, CONS, false>(args, sm, walk, tid - 128, lane);
+      i8_consume<R, H, CONS, false>(args, sm, walk, ct, lane);
     else
-      i8_consume<R, H, CONS, true>(args, sm, walk, tid - 128, lane);
+      i8_consume<R, H, CONS, true>(args, sm, walk, ct, lane);
   }
 #else
   __trap();  // built for another arch: the launcher never routes here

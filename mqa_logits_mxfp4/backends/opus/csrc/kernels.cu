@@ -69,11 +69,15 @@ struct SmBody {
   static constexpr int smem = sm90::smem_bytes<FAMILY, R, H, WARPS>();
   static auto kernel() { return sm90::mqa_logits_sm90<FAMILY, R, H, WARPS, CTAS>; }
 };
+// i8 with 20 warps: the split body (a producer, two converter and two MMA warpgroups); else one
+// producer warpgroup and WARPS / 4 - 1 consumers.
 template <int FAMILY, int R, int H, int WARPS, int CTAS>
 struct SmBody<FAMILY, R, H, WARPS, CTAS, true> {
   static_assert(WARPS % 4 == 0 && CTAS == 1, "i8: whole warpgroups, one CTA an SM");
-  static constexpr int smem = sm90::i8_smem_bytes<R, H, WARPS / 4 - 1>();
-  static auto kernel() { return sm90::mqa_logits_sm90_i8<R, H, WARPS / 4 - 1>; }
+  static constexpr bool split = WARPS == 20;
+  static constexpr int cons = split ? 2 : WARPS / 4 - 1;
+  static constexpr int smem = sm90::i8_smem_bytes<R, H, cons, split>();
+  static auto kernel() { return sm90::mqa_logits_sm90_i8<R, H, cons, split>; }
 };
 #endif
 

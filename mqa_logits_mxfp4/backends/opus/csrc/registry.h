@@ -76,6 +76,7 @@
   X(14, sm90_fold_r2w4,    sm90,   fold, 2, 4, 64, 2, 3, 0x7)                  \
   X(15, sm90_fold_r4w4,    sm90,   fold, 4, 4, 64, 2, 3, 0x3)                  \
   /* w16 before w12: 10% faster at one row, 4-7% at two (docs/perf-notes.md); ties keep this order */ \
+  X(32, sm90_i8_r1w20,     sm90,   i8,   1, 20, 64, 4, 1, 0x4)                 \
   X(20, sm90_i8_r1w16,     sm90,   i8,   1, 16, 64, 4, 1, 0x7)                 \
   X(16, sm90_i8_r1w12,     sm90,   i8,   1, 12, 64, 4, 1, 0xF)                 \
   X(31, sm90_i8_r2w16,     sm90,   i8,   2, 16, 64, 4, 1, 0x5)                 \

@@ -85,6 +85,10 @@ OPUS_DEV void cp_async4(void* dst, const void* src) {
 OPUS_DEV void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrives without waiting: the barrier completes when `threads` have arrived or synced on it.
+OPUS_DEV void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 // Every participating thread gets the AND of `pred` over all of them.
 OPUS_DEV bool bar_and(int id, int threads, bool pred) {
   uint32_t out;
@@ -157,6 +161,13 @@ OPUS_DEV uint64_t smem_desc(const void* base, uint32_t k_step, uint32_t mn_step)
                ", p;\n}\n"                                                                         \
                : __VA_ARGS__                                                                       \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
+// Both operands from shared memory (A's descriptor too), accumulating into D.
+#define OPUS_IGMMA_SS(SHAPE, ATYPE, DREGS, ADESC, BDESC, ...)                                          \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, 1, 0;\n"                                          \
+               "wgmma.mma_async.sync.aligned." SHAPE ".s32." ATYPE ".s8 " DREGS ", " ADESC ", " BDESC \
+               ", p;\n}\n"                                                                         \
+               : __VA_ARGS__                                                                       \
+               : "l"(a), "l"(b))
 #define OPUS_IGMMA_BOTH(SHAPE, DREGS, AREGS, DESC, PRED, ...)        \
   if constexpr (KEY_U8)                                              \
     OPUS_IGMMA(SHAPE, "u8", DREGS, AREGS, DESC, PRED, __VA_ARGS__);  \
@@ -208,9 +219,20 @@ struct WgmmaI8<64, KEY_U8> {
                      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}",
                      "{%32, %33, %34, %35}", "%36", OPUS_W32(d, 0));
   }
+  // D += A x B with A (64 x 32) from shared memory too: descriptor `a`.
+  static OPUS_DEV void run_ss(int32_t (&d)[32], uint64_t a, uint64_t b) {
+#define OPUS_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+    if constexpr (KEY_U8)
+      OPUS_IGMMA_SS("m64n64k32", "u8", OPUS_D32, "%32", "%33", OPUS_R32(d, 0));
+    else
+      OPUS_IGMMA_SS("m64n64k32", "s8", OPUS_D32, "%32", "%33", OPUS_R32(d, 0));
+#undef OPUS_D32
+  }
 };
 
 #undef OPUS_IGMMA0_BOTH
+#undef OPUS_IGMMA_SS
 #undef OPUS_IGMMA_BOTH
 #undef OPUS_IGMMA0
 #undef OPUS_IGMMA
