@@ -131,7 +131,9 @@ def test_default_rule_per_arch():
     names = [i.name for i, _ in decode]
     assert names.index("sm90_i8_r2w16") < names.index("sm90_i8_r2w12")  # w16 first at equal rows
     assert names.index("sm90_fp8_r1w4") < names.index("sm90_fold_r2w4")  # then the mma.sync bodies as before
-    assert [i.family for i, _ in decode[:6]] == ["i8"] * 5 + ["fp8"]  # r8 holds <= 32 heads
+    assert [i.family for i, _ in decode[:7]] == ["i8"] * 6 + ["fp8"]  # r8 holds <= 32 heads
+    one_row = [n for n in names if n.startswith("sm90_i8_r1")]
+    assert one_row == ["sm90_i8_r1w16", "sm90_i8_r1w12", "sm90_i8_r1w20"]  # the split body last (slower so far)
     prefill = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, pages_per_block=32, max_qlen=4096, max_rows=4096))
     assert prefill[0] == (next(i for i in INSTANCES if i.name == "sm90_i8_r8w12"), "prefill")  # widest first
     assert [i.family for i, _ in prefill][:8] == ["i8"] * 5 + ["fold"] * 3  # r2w16 holds no 32 heads
@@ -559,9 +561,10 @@ I8_STAGE_LOOP_LOCAL = {(2, 64, 16): 48}
 def check_i8_kernel(k: dict, what: str) -> None:
     """The wgmma body: per-piece state may sit in local memory (the walk across the role split),
     nothing inside the consumers' stage loop nor the producer's; INT8 wgmma of 64 x min(rows x
-    heads, 64) x 32 with A from registers: on the fast path u8 keys (biased) against s8 queries,
-    the bias slice and four k-slices a chunk; on the canonical path s8 keys, four k-slices a
-    chunk and scale block."""
+    heads, 64) x 32 with A from registers (w20: the fast path's four k-slices with A from shared
+    memory): on the fast path u8 keys (biased) against s8 queries, the bias slice and four
+    k-slices a chunk; on the canonical path s8 keys, four k-slices a chunk and scale block (w20:
+    one)."""
     # w16: the producer warpgroup keeps 24 registers, and the walk's state outside its stage
     # loop goes to local memory
     assert k["stack"] <= (64 if k["warps"] <= 12 else 160), f"{what}: {k['stack']} bytes of stack"
@@ -580,11 +583,13 @@ def check_i8_kernel(k: dict, what: str) -> None:
     # wrong fast-path sums on the H200 (docs/perf-notes.md)
     assert k["gmma"] == [f"IGMMA.64x{nc}x32.S8.S8", f"IGMMA.64x{nc}x32.U8.S8"], (what, k["gmma"])
     # the fast path unrolled over a stage's M blocks (OPUS_I8_STAGE_KEYS / 64) x chunks, 5 wgmma
-    # each; the canonical path one rolled M block: chunks x 4 scale blocks x 4 k-slices; twice:
-    # one consumer for a float32 out, one for a narrow out
+    # each; the canonical path one rolled M block: chunks x 4 scale blocks x 4 k-slices (w20, the
+    # split body: one k-slice a scale block); twice: one consumer for a float32 out, one for a
+    # narrow out
     chunks = k["rows"] * k["heads"] // nc
     mblocks = opus_instances.I8_STAGE_KEYS // 64
-    assert k["igmma"] == 2 * (mblocks * chunks * 5 + chunks * 4 * 4), (what, k["igmma"])
+    slices = 1 if k["warps"] == 20 else 4
+    assert k["igmma"] == 2 * (mblocks * chunks * 5 + chunks * 4 * slices), (what, k["igmma"])
 
 
 def test_gfx950_kernels_compile_to_the_scaled_mfma():

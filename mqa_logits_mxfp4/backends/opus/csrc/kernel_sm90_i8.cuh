@@ -1059,18 +1059,21 @@ struct I8Converter {
   OPUS_DEV int blk() const { return (lt % 8 / 2 + lt % 32 / 8) % 4; }
   OPUS_DEV int unit_key(int i) const { return 64 * (i / 2) + 16 * (lt / 32) + g() + 8 * (i % 2); }
 
-  // The stage's vote (the rule of I8Consumer::stage; each thread judges keys lt + 128 v) and
-  // the judged keys' smallest scale bytes.
-  static constexpr int JUDGED = S::KEYS / 128;
-  OPUS_DEV bool vote(const Stage& st, int n0, int (&kmin)[JUDGED]) const {
+  // The stage's vote (the rule of I8Consumer::stage). Lane 8p + g judges the keys of units 2p
+  // and 2p + 1 of the four lanes 8p' + g that convert them (a key's four blocks): its smallest
+  // scale byte and the blocks' offsets from it (one byte each), which those lanes take by shuffle.
+  static constexpr int JUDGED = 2;
+  static_assert(S::KEYS == 256, "eight units a thread, two judged");
+  OPUS_DEV bool vote(const Stage& st, int n0, int (&kmin)[JUDGED], uint32_t (&offs)[JUDGED]) const {
     const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend, khi = sm.keys[c].khi;
     bool ok = true;  // & and |, not && and ||: no branches
 #pragma unroll
     for (int v = 0; v < JUDGED; ++v) {
-      const int k = lt + 128 * v;
+      const int k = unit_key(2 * (lt % 32 / 8) + v);
       const uint32_t sc = st.scale[k];
       const int kmax = max4(sc);
       kmin[v] = min4(sc);
+      offs[v] = sc - uint32_t(kmin[v]) * 0x01010101u;  // no borrows: bytes >= kmin
       const bool outside = uint32_t(n0 + k - vbeg) >= uint32_t(vend - vbeg);
       ok &= outside | ((kmax - kmin[v] <= kI8KeySpread) & (kmin[v] >= kI8Lo) & (kmax <= khi));
     }
@@ -1078,28 +1081,25 @@ struct I8Converter {
   }
 
   // A fast stage into the next tile slot: each unit's raw block, shifted by its offset from the
-  // key's smallest scale byte (0..2 on a key that is scored; a key outside the group's keys may
-  // take 3, never stored), as two 16-byte core rows. The raw slot and the tile are handed on
+  // key's smallest scale byte (the vote's, by shuffle; 0..2 on a key that is scored, a key
+  // outside the group's keys may take 3, never stored), as two 16-byte core rows. The raw slot and the tile are handed on
   // after one proxy fence (the slot's refill and the wgmma are both the async proxy).
-  OPUS_DEV void convert_stage(const Stage& st, uint64_t* empty, const int (&kmin)[JUDGED]) {
+  OPUS_DEV void convert_stage(const Stage& st, uint64_t* empty, const int (&kmin)[JUDGED],
+                               const uint32_t (&offs)[JUDGED]) {
     const int ts = tring.slot, b = blk();
     uint4 w[8];
-    uint32_t sc[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int k = unit_key(i);
-      w[i] = *reinterpret_cast<const uint4*>(st.raw + k * kHeadBytes + 16 * b);
-      sc[i] = st.scale[k];
-    }
+    for (int i = 0; i < 8; ++i) w[i] = *reinterpret_cast<const uint4*>(st.raw + unit_key(i) * kHeadBytes + 16 * b);
     mbar_wait(&sm.tiles.empty[c][ts], tring.phase ^ 1u);
     if (lt == 0) sm.tiles.fast[c][ts] = 1;
 #pragma unroll
     for (int v = 0; v < JUDGED; ++v)  // as I8Consumer::stage's factor
-      sm.tiles.factor[c][ts][lt + 128 * v] = __uint_as_float(uint32_t(imax(kmin[v], 2) - 2) << 23);
+      sm.tiles.factor[c][ts][unit_key(2 * (lt % 32 / 8) + v)] = __uint_as_float(uint32_t(imax(kmin[v], 2) - 2) << 23);
     uint8_t* const row = sm.tiles.tile[c][ts] + b * 2048 + (lt / 32) * 512 + g() * 16;  // unit 0's core row
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const I8Table tb = sm.ktables[(byte_of(sc[i], b) - min4(sc[i])) & 3];
+      const uint32_t o = __shfl_sync(0xFFFFFFFFu, offs[i & 1], 8 * (i >> 1) + g());  // unit i's key, judged there
+      const I8Table tb = sm.ktables[(o >> (8 * b)) & 3u];
       const uint32_t x[4] = {w[i].x, w[i].y, w[i].z, w[i].w};
       uint32_t lo[4], hi[4];
 #pragma unroll
@@ -1134,8 +1134,9 @@ struct I8Converter {
       mbar_wait(&sm.full[c][ring.slot], ring.phase);
       const Stage& st = sm.stage[c][ring.slot];
       int kmin[JUDGED];
-      if (vote(st, n0, kmin))
-        convert_stage(st, &sm.empty[c][ring.slot], kmin);
+      uint32_t offs[JUDGED];
+      if (vote(st, n0, kmin, offs))
+        convert_stage(st, &sm.empty[c][ring.slot], kmin, offs);
       else
         pass_stage();
     }

@@ -28,7 +28,9 @@
 //                one row of <= 64 heads) consumer warpgroups convert them to INT8 and run one
 //                exact K = 128 chain a tile on stages (OPUS_I8_STAGE_KEYS below) where every key's
 //                block scales differ by shifts of 0-2 and a head's by 0-3 (not the canonical
-//                order; within the tolerance), the canonical steps elsewhere. One CTA an SM
+//                order; within the tolerance), the canonical steps elsewhere. One CTA an SM.
+//                w20 is the split body: two converter warpgroups write INT8 tiles that two MMA
+//                warpgroups read from shared memory (one row of 64 heads)
 //           mxf4 one scaled MFMA 32x32x64 a scale block on raw E2M1 operands, unit
 //                hardware scales (the E8M0 scales are applied on the VALU)
 //           mxsc gfx950 two scaled MFMAs 32x32x64 over the whole head_dim with the real E8M0
@@ -76,9 +78,10 @@
   X(14, sm90_fold_r2w4,    sm90,   fold, 2, 4, 64, 2, 3, 0x7)                  \
   X(15, sm90_fold_r4w4,    sm90,   fold, 4, 4, 64, 2, 3, 0x3)                  \
   /* w16 before w12: 10% faster at one row, 4-7% at two (docs/perf-notes.md); ties keep this order */ \
-  X(32, sm90_i8_r1w20,     sm90,   i8,   1, 20, 64, 4, 1, 0x4)                 \
   X(20, sm90_i8_r1w16,     sm90,   i8,   1, 16, 64, 4, 1, 0x7)                 \
   X(16, sm90_i8_r1w12,     sm90,   i8,   1, 12, 64, 4, 1, 0xF)                 \
+  /* w20, the split body: exact, slower than w16 so far (docs/perf-notes.md): last of one row */ \
+  X(32, sm90_i8_r1w20,     sm90,   i8,   1, 20, 64, 4, 1, 0x4)                 \
   X(31, sm90_i8_r2w16,     sm90,   i8,   2, 16, 64, 4, 1, 0x5)                 \
   X(17, sm90_i8_r2w12,     sm90,   i8,   2, 12, 64, 4, 1, 0xF)                 \
   X(18, sm90_i8_r4w12,     sm90,   i8,   4, 12, 64, 4, 1, 0x7)                 \
