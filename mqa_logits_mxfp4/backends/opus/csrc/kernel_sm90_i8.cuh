@@ -157,7 +157,6 @@ template <int R, int H, int CONS, bool SPLIT = false>
 struct I8Smem {
   using S = I8Shape<R, H, CONS, SPLIT>;
   I8Stage<S::KEYS> stage[CONS][S::STAGES];
-  I8Tiles<CONS, S::TILE_SLOTS, S::TILE_BYTES, S::KEYS, SPLIT> tiles;
   // Query operand, K-major without swizzle: k-slice j (32 bytes of K) at j * N * 32; in it the
   // 8-column core of columns 8c..8c+7 at c * 256, its K half kh at + kh * 128, column n % 8 at
   // + 16 * (n % 8). K slot p of slice j < 4 holds element 32 * (p % 16 / 4) + 8j + 4 * (p / 16) +
@@ -179,6 +178,7 @@ struct I8Smem {
   uint64_t empty[CONS][S::STAGES];
   int range[4];
   I8GroupKeys<R> keys[CONS];          // per consumer warpgroup (each reads its own at each stage)
+  I8Tiles<CONS, S::TILE_SLOTS, S::TILE_BYTES, S::KEYS, SPLIT> tiles;  // last: an empty struct without SPLIT
 };
 
 template <int R, int H, int CONS, bool SPLIT = false>
