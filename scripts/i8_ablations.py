@@ -39,9 +39,9 @@ EDITS = {
     # the rows' out pointers from shared memory at R = 2 too (r2w16 spilled them: 8 LDL.64 a stage)
     "rowsmem": [("  static constexpr bool ROWS_IN_REGS = R <= 2;\n", "  static constexpr bool ROWS_IN_REGS = R <= 1;\n")],
     # the consumers only wait for each stage and release it: what the producer and memory alone cost
-    "empty": [("    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n",
+    "empty": [("    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n",
                "    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n"
-               "    mbar_arrive(&sm.empty[c][ring.slot]);\n    return;\n")],
+               "    mbar_arrive(&sm.empty[c][ring.slot]);\n    return;\n    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n")],
     # the fast conversion down to one permute a register (9 instructions a word -> 2)
     "noconv": [("      i8_key_word(w0[j], t0, ones, a[j][0], a[j][2]);\n      i8_key_word(w1[j], t1, ones, a[j][1], a[j][3]);\n",
                 "      a[j][0] = prmt(t0.pos_lo, t0.pos_hi, w0[j]);\n      a[j][2] = prmt(t0.neg_lo, t0.neg_hi, w0[j]);\n"
@@ -55,12 +55,12 @@ EDITS = {
                "      rs[r][0] = relu_scaled(ac[4 * r]);\n      rs[r][1] = relu_scaled(ac[4 * r + 2]);\n    }\n"
                "    return;\n")],
     # no wgmma on the fast path: the accumulators made from the operands (the conversion stays live)
-    "nomma": [("    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(",
-               "#pragma unroll\n    for (int i = 0; i < NC / 2; ++i) acc[i] = int32_t(a[(i >> 2) & 3][i & 3] ^ uint32_t(ch));\n"
+    "nomma": [("  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(",
+               "  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n#pragma unroll\n    for (int i = 0; i < NC / 2; ++i) acc[i] = int32_t(a[(i >> 2) & 3][i & 3] ^ uint32_t(ch));\n"
                "    return;\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(")],
     # no bias slice: four wgmma a chunk instead of five
-    "nobias": [("    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(",
-                "#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), j > 0);\n"
+    "nobias": [("  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(",
+                "  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), j > 0);\n"
                 "    return;\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(")],
     # no vote: every stage of a fast group takes the fast path, no warpgroup barrier
     "novote": [("      fast = bar_and(2 + c, 128, ok);", "      fast = true;\n      (void)ok;")],
@@ -86,11 +86,11 @@ EDITS["stamps"] = [
     ("    regs_shrink<S::PRODUCER_REGS>();\n",
      "    regs_shrink<S::PRODUCER_REGS>();\n    if (tid == 0 && blockIdx.x == 0) TS(3);\n"),
     ("  OPUS_DEV void piece(const Piece& p) {\n    int gbeg, gend;\n    group_keys<R>(args, p, gbeg, gend);\n"
-     "    const int kbeg = piece_first_key(p, gbeg), kend = imin(gend, p.t1 * kBlockN);\n",
+     "    const int kbeg = piece_first_key(p, gbeg), kend = imin(gend, p.t1 * kBlockN);\n    if (kbeg >= kend) return;  // the consumers skip it too (its first stage may start below kend)\n",
      "  OPUS_DEV void piece(const Piece& p) {\n    const bool st = blockIdx.x == 0 && c == 0 && lane == 0;\n"
      "    if (st) TS_ONCE(4);  // the walk's first step done\n    int gbeg, gend;\n    group_keys<R>(args, p, gbeg, gend);\n"
      "    if (st && gend != -12345) TS_ONCE(5);  // the row window read (the compare waits for it)\n"
-     "    const int kbeg = piece_first_key(p, gbeg), kend = imin(gend, p.t1 * kBlockN);\n"),
+     "    const int kbeg = piece_first_key(p, gbeg), kend = imin(gend, p.t1 * kBlockN);\n    if (kbeg >= kend) return;  // the consumers skip it too (its first stage may start below kend)\n"),
     ("    long long slot = bulk ? chunk_slot(bt_row, n0, gbeg, gend) : -2;\n",
      "    long long slot = bulk ? chunk_slot(bt_row, n0, gbeg, gend) : -2;\n"
      "    if (st && slot != -12345) TS_ONCE(6);  // the first table entry read (the compare waits for it)\n"),
@@ -103,8 +103,8 @@ EDITS["stamps"] = [
      "    uint32_t words[OPERAND_WORDS];\n    load_operand(words);\n"),
     ("    setup_group(p, gbeg, gend, kbeg);\n",
      "    setup_group(p, gbeg, gend, kbeg);\n    if (blockIdx.x == 0 && ct == 0) TS_ONCE(10);\n"),
-    ("    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n",
-     "    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n    if (blockIdx.x == 0 && ct == 0) TS_ONCE(11);\n"),
+    ("    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n",
+     "    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n    if (blockIdx.x == 0 && ct == 0) TS_ONCE(11);\n    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n"),
     ("    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n}\n",
      "    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n  if (ct == 0 && blockIdx.x == 0) TS(12);\n  if (ct == 0) TS_MAX(13);\n}\n"),
 ]

@@ -237,6 +237,13 @@ template <int MB>
 OPUS_DEV int stage_start(int t) { return (t & ~(MB - 1)) * kBlockN; }
 
 OPUS_DEV int byte_of(uint32_t w, int i) { return int(w >> (8 * i) & 0xFFu); }
+// The fast stage rule for key n with smallest and largest scale bytes kmin, kmax: a key outside
+// the group's keys [vbeg, vend) takes no part (vbeg <= vend); the others need their bytes within
+// kI8KeySpread of each other and inside [kI8Lo, khi]. & and |, not && and ||: no branches.
+OPUS_DEV bool i8_key_fast(int kmin, int kmax, int n, int vbeg, int vend, int khi) {
+  const bool outside = uint32_t(n - vbeg) >= uint32_t(vend - vbeg);
+  return outside | ((kmax - kmin <= kI8KeySpread) & (kmin >= kI8Lo) & (kmax <= khi));
+}
 OPUS_DEV int min4(uint32_t w) { return imin(imin(byte_of(w, 0), byte_of(w, 1)), imin(byte_of(w, 2), byte_of(w, 3))); }
 OPUS_DEV int max4(uint32_t w) { return imax(imax(byte_of(w, 0), byte_of(w, 1)), imax(byte_of(w, 2), byte_of(w, 3))); }
 
@@ -971,13 +978,10 @@ struct I8Consumer {
     }
     bool fast = false;
     if (khi > 0) {  // uniform: the group's verdict
-      bool ok = true;  // & and |, not && and ||: no branches
+      bool ok = true;
 #pragma unroll
-      for (int v = 0; v < S::VK; ++v) {
-        const int my_kmax = max4(my_scale[v]);
-        const bool outside = uint32_t(n0 + judged_key(v) - vbeg) >= uint32_t(vend - vbeg);  // vbeg <= vend
-        ok &= outside | ((my_kmax - my_kmin[v] <= kI8KeySpread) & (my_kmin[v] >= kI8Lo) & (my_kmax <= khi));
-      }
+      for (int v = 0; v < S::VK; ++v)
+        ok &= i8_key_fast(my_kmin[v], max4(my_scale[v]), n0 + judged_key(v), vbeg, vend, khi);
       fast = bar_and(2 + c, 128, ok);  // the stage's one vote: all its keys in [vbeg, vend)
     }
     if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);
@@ -1066,7 +1070,7 @@ struct I8Converter {
   static_assert(S::KEYS == 256, "eight units a thread, two judged");
   OPUS_DEV bool vote(const Stage& st, int n0, int (&kmin)[JUDGED], uint32_t (&offs)[JUDGED]) const {
     const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend, khi = sm.keys[c].khi;
-    bool ok = true;  // & and |, not && and ||: no branches
+    bool ok = true;
 #pragma unroll
     for (int v = 0; v < JUDGED; ++v) {
       const int k = unit_key(2 * (lt % 32 / 8) + v);
@@ -1074,16 +1078,16 @@ struct I8Converter {
       const int kmax = max4(sc);
       kmin[v] = min4(sc);
       offs[v] = sc - uint32_t(kmin[v]) * 0x01010101u;  // no borrows: bytes >= kmin
-      const bool outside = uint32_t(n0 + k - vbeg) >= uint32_t(vend - vbeg);
-      ok &= outside | ((kmax - kmin[v] <= kI8KeySpread) & (kmin[v] >= kI8Lo) & (kmax <= khi));
+      ok &= i8_key_fast(kmin[v], kmax, n0 + k, vbeg, vend, khi);
     }
     return khi > 0 && bar_and(4 + c, 128, ok);  // khi uniform: the group's verdict
   }
 
   // A fast stage into the next tile slot: each unit's raw block, shifted by its offset from the
   // key's smallest scale byte (the vote's, by shuffle; 0..2 on a key that is scored, a key
-  // outside the group's keys may take 3, never stored), as two 16-byte core rows. The raw slot and the tile are handed on
-  // after one proxy fence (the slot's refill and the wgmma are both the async proxy).
+  // outside the group's keys may take 3, never stored), as two 16-byte core rows. The raw slot
+  // and the tile are handed on after one proxy fence (the slot's refill and the wgmma are both
+  // the async proxy).
   OPUS_DEV void convert_stage(const Stage& st, uint64_t* empty, const int (&kmin)[JUDGED],
                                const uint32_t (&offs)[JUDGED]) {
     const int ts = tring.slot, b = blk();
