@@ -8,6 +8,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
 
     python3 scripts/i8_ablations.py --out .gl/abl            # every variant, ids 20 and 31 at 64 heads
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,empty --ids 20
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,splitnovote,splitnoconv,noepi --ids 20,32
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
 
 Each variant is exact text edits of kernel_sm90_i8.cuh; an edit whose text is no longer there
@@ -64,6 +65,14 @@ EDITS = {
                 "    return;\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(")],
     # no vote: every stage of a fast group takes the fast path, no warpgroup barrier
     "novote": [("      fast = bar_and(2 + c, 128, ok);", "      fast = true;\n      (void)ok;")],
+    # the split body (id 32): its converters' vote without the warpgroup barrier (exact on data
+    # whose stages are all fast: what the bar.red a stage costs the converters)
+    "splitnovote": [("    return khi > 0 && bar_and(4 + c, 128, ok);  // khi uniform: the group's verdict\n",
+                     "    (void)ok;\n    return khi > 0;\n")],
+    # the split body's converters with one XOR a word instead of the conversion (wrong logits):
+    # what the conversion costs beside the MMA warpgroups
+    "splitnoconv": [("      for (int j = 0; j < 4; ++j) i8_key_word(x[j], tb, ones, lo[j], hi[j]);\n",
+                     "      for (int j = 0; j < 4; ++j) lo[j] = hi[j] = x[j] ^ tb.pos_lo;\n")],
 }
 # The start-up timeline: %globaltimer at the milestones of a call, into the path_stats buffer
 # from word 8 on (the harness gives it 32 words and prints them with STAMPS=1). Not an ablation:
@@ -110,7 +119,8 @@ EDITS["stamps"] = [
 ]
 COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
-SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"]}
+SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
+          32: ["1 64 65536", "1 64 32768"]}
 
 
 def trimmed_registry(text: str, ids: list[int]) -> str:
