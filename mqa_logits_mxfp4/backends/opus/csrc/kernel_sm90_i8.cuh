@@ -244,6 +244,10 @@ OPUS_DEV bool i8_key_fast(int kmin, int kmax, int n, int vbeg, int vend, int khi
   const bool outside = uint32_t(n - vbeg) >= uint32_t(vend - vbeg);
   return outside | ((kmax - kmin <= kI8KeySpread) & (kmin >= kI8Lo) & (kmax <= khi));
 }
+// A fast key's four block offsets from its smallest scale byte kmin, one byte each (no borrows:
+// every byte >= kmin), and its factor 2^(kmin - 129) (applied after the head sum).
+OPUS_DEV uint32_t i8_key_offsets(uint32_t scale, int kmin) { return scale - uint32_t(kmin) * 0x01010101u; }
+OPUS_DEV float i8_key_factor(int kmin) { return __uint_as_float(uint32_t(imax(kmin, 2) - 2) << 23); }
 OPUS_DEV int min4(uint32_t w) { return imin(imin(byte_of(w, 0), byte_of(w, 1)), imin(byte_of(w, 2), byte_of(w, 3))); }
 OPUS_DEV int max4(uint32_t w) { return imax(imax(byte_of(w, 0), byte_of(w, 1)), imax(byte_of(w, 2), byte_of(w, 3))); }
 
@@ -990,8 +994,8 @@ struct I8Consumer {
       float factor[S::VK];
 #pragma unroll
       for (int v = 0; v < S::VK; ++v) {
-        offsets[v] = my_scale[v] - uint32_t(my_kmin[v]) * 0x01010101u;  // no borrows: bytes >= kmin
-        factor[v] = __uint_as_float(uint32_t(imax(my_kmin[v], 2) - 2) << 23);  // 2^(kmin - 129)
+        offsets[v] = i8_key_offsets(my_scale[v], my_kmin[v]);
+        factor[v] = i8_key_factor(my_kmin[v]);
       }
       stage_stores(n0);
       fast_stage(raw_base, raw, offsets, factor, n0, empty);
@@ -1068,16 +1072,17 @@ struct I8Converter {
   // scale byte and the blocks' offsets from it (one byte each), which those lanes take by shuffle.
   static constexpr int JUDGED = 2;
   static_assert(S::KEYS == 256, "eight units a thread, two judged");
+  OPUS_DEV int judged_key(int v) const { return unit_key(2 * (lt % 32 / 8) + v); }
   OPUS_DEV bool vote(const Stage& st, int n0, int (&kmin)[JUDGED], uint32_t (&offs)[JUDGED]) const {
     const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend, khi = sm.keys[c].khi;
     bool ok = true;
 #pragma unroll
     for (int v = 0; v < JUDGED; ++v) {
-      const int k = unit_key(2 * (lt % 32 / 8) + v);
+      const int k = judged_key(v);
       const uint32_t sc = st.scale[k];
       const int kmax = max4(sc);
       kmin[v] = min4(sc);
-      offs[v] = sc - uint32_t(kmin[v]) * 0x01010101u;  // no borrows: bytes >= kmin
+      offs[v] = i8_key_offsets(sc, kmin[v]);
       ok &= i8_key_fast(kmin[v], kmax, n0 + k, vbeg, vend, khi);
     }
     return khi > 0 && bar_and(4 + c, 128, ok);  // khi uniform: the group's verdict
@@ -1097,8 +1102,7 @@ struct I8Converter {
     mbar_wait(&sm.tiles.empty[c][ts], tring.phase ^ 1u);
     if (lt == 0) sm.tiles.fast[c][ts] = 1;
 #pragma unroll
-    for (int v = 0; v < JUDGED; ++v)  // as I8Consumer::stage's factor
-      sm.tiles.factor[c][ts][unit_key(2 * (lt % 32 / 8) + v)] = __uint_as_float(uint32_t(imax(kmin[v], 2) - 2) << 23);
+    for (int v = 0; v < JUDGED; ++v) sm.tiles.factor[c][ts][judged_key(v)] = i8_key_factor(kmin[v]);
     uint8_t* const row = sm.tiles.tile[c][ts] + b * 2048 + (lt / 32) * 512 + g() * 16;  // unit 0's core row
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
