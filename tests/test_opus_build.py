@@ -177,8 +177,9 @@ def test_launch_passes_the_bindings_signature_and_wraps_its_checks(monkeypatch):
 
     monkeypatch.setattr(jit, "_loaded", FakeModule())
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=1234))
-    cfg = SimpleNamespace(instance="sm90_f16_r1w4", heads=64, page_size=64, pages_per_block=1, gather=False,
-                          max_seq_len=1000, table_grid=7, prefill_grid=(3, 2))
+    cfg = SimpleNamespace(instance="sm90_f16_r1w4", table_grid=7, prefill_grid=(3, 2),
+                          key=SimpleNamespace(heads=64, page_size=64, pages_per_block=1, gather=False,
+                                              max_seq_len=1000))
     t = torch.zeros(1)
     with pytest.raises(mx.MqaLogitsError, match="q must be uint8; got int32"):
         BACKEND.launch(cfg, "prefill", *([t] * 9), None, None)
@@ -187,6 +188,12 @@ def test_launch_passes_the_bindings_signature_and_wraps_its_checks(monkeypatch):
                                                                      "row_starts"]
     assert calls[0][0] == 0 and calls[0][1] == 2 and calls[0][-5:] == (3, 2, 1234, None, None)
     assert BACKEND.instances() == INSTANCES   # the C++ registry's entries equal the mirror
+    # the hot path's Launcher takes the same fixed arguments, in launch's order
+    init = re.search(r"pybind11::init<([^>]*)>\(\)((?:\s*,\s*pybind11::arg\(\"\w+\"\))+)", src)
+    names = re.findall(r'pybind11::arg\("(\w+)"\)', init.group(2))
+    assert len(init.group(1).split(",")) == len(names) == 9
+    assert names == params[:2] + params[13:20]
+    assert calls[0][:2] + calls[0][13:20] == BACKEND._fixed_args(cfg, "prefill")
 
 
 # ---------------------------------------------------------------------------------------------

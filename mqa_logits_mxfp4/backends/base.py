@@ -77,6 +77,18 @@ class BackendBase(abc.ABC):
                       block_n=inst.block_n, max_seqs=cfg.max_seqs, max_seq_len=cfg.max_seq_len,
                       row_starts=row_starts)
 
+    # A backend whose launcher() can offer a hot path sets this; the op caches a None from the
+    # others once, and asks this one again until it offers one (docs/contract.md, "Host cost").
+    offers_launcher = False
+
+    def launcher(self, cfg, mode: str):
+        """The op's hot path for one config and mode, or None: an object whose
+        `run(q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends, out,
+        out_offsets, records, row_starts)` launches a call whose input signature it accepted and
+        returns False (nothing launched) for any other, and whose `accept(...)` (same arguments)
+        remembers a signature the op's checks passed."""
+        return None
+
     def _instance(self, name: str) -> Instance:
         """The instance of that name (every launch asks: a name index, remade only when
         instances() returns another tuple)."""

@@ -48,6 +48,24 @@ def _accept(sig, cfg) -> None:
     _ACCEPTED[sig] = cfg
 
 
+# The backends' hot paths (BackendBase.launcher), per config and mode, keyed as _ACCEPTED is.
+_LAUNCHERS: dict[tuple[int, str], tuple] = {}
+
+
+def _launcher(cfg, mode: str):
+    """The backend's hot path for this config and mode, or None."""
+    entry = _LAUNCHERS.get((id(cfg), mode))
+    if entry is None:
+        be = registry.get(cfg.backend)
+        fast = be.launcher(cfg, mode)
+        if fast is None and be.offers_launcher:
+            return None  # not yet (opus: before its extension is loaded); asked again next call
+        if len(_LAUNCHERS) >= _ACCEPTED_MAX:
+            _LAUNCHERS.clear()
+        entry = _LAUNCHERS[(id(cfg), mode)] = (cfg, fast)
+    return entry[1]
+
+
 def _signature(token, tensors) -> tuple | None:
     try:
         return (token, *[None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in tensors])
@@ -77,6 +95,24 @@ def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Ten
                             f"got {type(schedule).__module__}.{type(schedule).__name__} (a buffer from "
                             "cfg.schedule_buffers() goes to mqa_logits_mxfp4_schedule(..., buffers=...))")
     compiling = torch.compiler.is_compiling()
+    records = schedule.records if schedule is not None else None
+    fast = None
+    if not compiling and isinstance(cfg, MqaLogitsConfig) and out is not None and not env.settings().debug:
+        # the hot path: a signature this config's launcher accepted before launches from C++
+        fast = _launcher(cfg, "table" if schedule is not None else cfg.mode)
+        if fast is not None:
+            if out_dtype is not None:
+                check_out_dtype(out, out_dtype)
+            if schedule is not None:
+                schedule.check(cfg, query_start_loc, row_ends, row_starts)
+            try:
+                if fast.run(q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
+                            out, out_offsets, records, row_starts):
+                    return out
+            except TypeError:  # an argument is not a tensor: the checks below name it
+                pass
+            except ValueError as e:  # the launcher's own checks (a signature it accepted, new data)
+                raise InputError(str(e)) from None
     tensors = (q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends, out, out_offsets,
                row_starts)
     sig = None if compiling or cfg is None or out is None else _signature(id(cfg), tensors)
@@ -96,6 +132,9 @@ def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Ten
         check_inputs(cfg, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
                      row_ends, out, out_offsets, row_starts)
         _accept(sig, cfg)
+    if fast is not None:  # the checks passed (before, or just now): the hot path takes this signature next
+        fast.accept(q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends, out,
+                    out_offsets, records, row_starts)
     if not compiling:  # under torch.compile the op's real implementation makes these checks
         if schedule is not None:
             schedule.check(cfg, query_start_loc, row_ends, row_starts)
@@ -104,7 +143,6 @@ def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Ten
                            schedule.records if schedule is not None else None, row_starts)
     if alloc:
         out.fill_(float("-inf"))
-    records = schedule.records if schedule is not None else None
     mode = "table" if schedule is not None else cfg.mode
     if compiling:
         k = cfg.key

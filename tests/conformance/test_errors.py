@@ -99,6 +99,7 @@ def test_errors_after_an_accepted_call_with_the_same_config(device, monkeypatch)
     and a repeated good call does not re-run the checks."""
     from mqa_logits_mxfp4.dispatch import api, registry
     prob, cfg, out, args = _setup(device)
+    monkeypatch.setattr(api, "_launcher", lambda cfg, mode: None)   # the hot path: the test below
     launches = []
     # patched on the class: undoing a patch of the instance would leave a bound method behind on
     # it, shadowing later tests' class-level patches
@@ -117,6 +118,50 @@ def test_errors_after_an_accepted_call_with_the_same_config(device, monkeypatch)
     assert len(launches) == 2 and bool((out == POISON).all())
     with pytest.raises(InputError, match="q must be a torch.Tensor; got list"):
         _call({**args, "q": [1, 2]}, cfg=cfg, out=out)
+
+
+@pytest.mark.gpu
+def test_hot_path_takes_only_accepted_signatures(monkeypatch):
+    """A backend's hot path (the opus backend's C++ Launcher) launches a call whose signature its
+    config's checks accepted, with the result of the full path, on torch's current stream; every
+    bad input after it still gets its InputError and leaves out as it was."""
+    from mqa_logits_mxfp4.dispatch import api, registry
+    prob, cfg, out, args = _setup("cuda")
+    if not registry.get(cfg.backend).offers_launcher:
+        pytest.skip(f"the pick's backend ({cfg.backend}) offers no hot path")
+    _call(args, cfg=cfg, out=out)    # loads the extension; the full path
+    _call(args, cfg=cfg, out=out)    # full path once more (the launcher exists now), then accepted
+    first = out.clone()
+    assert not bool((first == POISON).any())
+    fast = api._launcher(cfg, cfg.mode)
+    assert fast is not None and fast.signatures() >= 1
+    known = fast.signatures()
+    python_path = []
+    monkeypatch.setattr(type(registry.get(cfg.backend)), "launch", lambda *a, **k: python_path.append(1))
+    monkeypatch.setattr(api, "check_inputs", lambda *a, **k: python_path.append(1))
+    out.fill_(POISON)
+    _call(args, cfg=cfg, out=out)
+    assert python_path == [] and torch.equal(out, first)
+    side = torch.cuda.Stream()
+    out.fill_(POISON)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        side.wait_stream(torch.cuda.default_stream())
+        _call(args, cfg=cfg, out=out)
+    side.synchronize()
+    assert python_path == [] and torch.equal(out, first)
+    monkeypatch.undo()
+    out.fill_(POISON)
+    for name, repl, kw, fragment in _mutations(prob, cfg, out):
+        kw = {"cfg": cfg, "out": out, **kw}
+        with pytest.raises(InputError) as e:
+            _call({**args, **repl}, **kw)
+        assert fragment in str(e.value), f"{name}: {e.value}"
+    torch.cuda.synchronize()
+    assert bool((out == POISON).all()) and fast.signatures() == known
+    wide = torch.full((prob.rows, cfg.max_seq_len + 8), POISON, device="cuda")
+    _call(args, cfg=cfg, out=wide)   # another valid signature: checked, then accepted
+    assert fast.signatures() == known + 1 and torch.equal(wide[:, :cfg.max_seq_len], first)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -92,24 +92,37 @@ class OpusBackend(BackendBase):
     def grid_sizes(self, inst: Instance, key) -> tuple[int, tuple[int, int]]:
         return grid_sizes(dataclasses.replace(inst, ctas_per_sm=ctas_for_heads(inst.ctas_per_sm, key.heads)), key)
 
+    def _fixed_args(self, cfg, mode) -> tuple:
+        """A launch's arguments fixed by the config and mode: registry id, mode code, heads, page
+        size, pages_per_block, gather, max_seq_len, grid_x, parts."""
+        key = cfg.key
+        groups, parts = cfg.prefill_grid
+        return (registry_id(self._instance(cfg.instance)), MODE_CODES[mode], key.heads, key.page_size,
+                key.pages_per_block, key.gather, key.max_seq_len, groups if mode == "prefill" else cfg.table_grid,
+                parts)
+
     def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
                query_start_loc, row_ends, out, out_offsets, records, row_starts=None, *,
                path_stats=None) -> None:
         """`path_stats` (tests only): an int64 [2] the i8 body adds its fast / canonical stage
         counts to (stages of instances.I8_STAGE_KEYS keys; instances.i8_stages gives their sum)."""
         module = jit.load()
-        inst = self._instance(cfg.instance)
-        groups, parts = cfg.prefill_grid
-        grid_x = groups if mode == "prefill" else cfg.table_grid
+        iid, code, heads, page, ppb, gather, max_seq_len, grid_x, parts = self._fixed_args(cfg, mode)
         stream = torch.cuda.current_stream(out.device).cuda_stream
         try:
-            module.launch(registry_id(inst), MODE_CODES[mode], q, q_scale, kv_cache, kv_scale, weights,
-                          block_tables, query_start_loc, row_ends, out, out_offsets,
-                          records if mode == "table" else None, cfg.heads, cfg.page_size,
-                          cfg.pages_per_block, cfg.gather, cfg.max_seq_len, grid_x, parts, stream,
-                          path_stats, row_starts)
+            module.launch(iid, code, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
+                          row_ends, out, out_offsets, records if mode == "table" else None, heads, page, ppb,
+                          gather, max_seq_len, grid_x, parts, stream, path_stats, row_starts)
         except ValueError as e:  # the launcher's own checks (csrc/checks.h); nothing was launched
             raise InputError(str(e)) from None
+
+    offers_launcher = True
+
+    def launcher(self, cfg, mode):
+        """bindings.cpp's Launcher (the signatures it accepted, the launch in C++), once the
+        extension is loaded: the op's first call loads it after its checks."""
+        module = jit.loaded()
+        return None if module is None else module.Launcher(*self._fixed_args(cfg, mode))
 
 
 BACKEND = OpusBackend()

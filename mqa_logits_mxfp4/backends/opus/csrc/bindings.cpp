@@ -1,11 +1,16 @@
 // pybind11 bindings: the only translation unit with torch headers, and only the CPU-side
-// ones (torch/extension.h), so it compiles against any torch build. Tensors become plain
-// descriptions (checks.h); the caller passes the raw handle of torch's current stream, and the
-// kernel TU launches on the tensors' device.
+// ones (torch/extension.h, c10's device guard interface), so it compiles against any torch
+// build. Tensors become plain descriptions (checks.h); launch() takes the raw handle of torch's
+// current stream from the caller, Launcher::run() asks c10 for it, and the kernel TU launches on
+// the tensors' device.
 #include <pybind11/stl.h>  // std::optional<Tensor> from None
 #include <torch/extension.h>
 
+#include <array>
 #include <optional>
+#include <vector>
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "launch.h"
 #include "registry.h"
@@ -84,6 +89,91 @@ void launch(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Te
   opus::launch(c, reinterpret_cast<void*>(static_cast<intptr_t>(stream)));
 }
 
+// The op's hot path (dispatch/api.py): one config and mode's fixed arguments, and the input
+// signatures (dtype, sizes, strides, device of every tensor) the op's Python checks accepted for
+// them. run() launches a call whose signature was accepted -- the launcher's own checks
+// (checks.h) still run -- on torch's current stream of out's device, and returns false, having
+// launched nothing, for any other: the Python path then checks it in full and accepts it.
+class Launcher {
+ public:
+  Launcher(int64_t instance_id, int64_t mode, int64_t heads, int64_t page_size, int64_t pages_per_block,
+           bool gather, int64_t max_seq_len, int64_t grid_x, int64_t parts)
+      : instance_id_(instance_id), mode_(mode), heads_(heads), page_size_(page_size),
+        pages_per_block_(pages_per_block), gather_(gather), max_seq_len_(max_seq_len), grid_x_(grid_x),
+        parts_(parts) {}
+
+  bool run(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache, const at::Tensor& kv_scale,
+           const at::Tensor& weights, const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+           const at::Tensor& row_ends, const at::Tensor& out, const std::optional<at::Tensor>& out_offsets,
+           const std::optional<at::Tensor>& records, const std::optional<at::Tensor>& row_starts) const {
+    const opus::CallDesc c = call(q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
+                                  out, out_offsets, records, row_starts);
+    bool known = false;
+    for (const Signature& s : accepted_) known = known || same(s, signature(c));
+    if (!known) return false;
+    const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(out.device());
+    opus::launch(c, stream.native_handle());
+    return true;
+  }
+
+  // Remember this call's signature (after the op's checks passed). Only byte tensors of dtype
+  // uint8 are remembered: the op passes other byte dtypes on as uint8 views.
+  void accept(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache, const at::Tensor& kv_scale,
+              const at::Tensor& weights, const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+              const at::Tensor& row_ends, const at::Tensor& out, const std::optional<at::Tensor>& out_offsets,
+              const std::optional<at::Tensor>& records, const std::optional<at::Tensor>& row_starts) {
+    const opus::CallDesc c = call(q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
+                                  out, out_offsets, records, row_starts);
+    for (const opus::TensorDesc* t : {&c.q, &c.q_scale, &c.kv, &c.kv_scale})
+      if (t->dtype != opus::kU8) return;
+    const Signature s = signature(c);
+    for (const opus::TensorDesc& t : s)
+      if (t.ndim > 3) return;  // describe() keeps three dims: never a signature it cannot tell apart
+    for (const Signature& known : accepted_)
+      if (same(known, s)) return;
+    if (accepted_.size() >= kMaxSignatures) accepted_.clear();
+    accepted_.push_back(s);
+  }
+
+  size_t signatures() const { return accepted_.size(); }
+
+ private:
+  static constexpr size_t kMaxSignatures = 64;
+  using Signature = std::array<opus::TensorDesc, 12>;  // data pointers cleared
+
+  opus::CallDesc call(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache,
+                      const at::Tensor& kv_scale, const at::Tensor& weights, const at::Tensor& block_tables,
+                      const at::Tensor& query_start_loc, const at::Tensor& row_ends, const at::Tensor& out,
+                      const std::optional<at::Tensor>& out_offsets, const std::optional<at::Tensor>& records,
+                      const std::optional<at::Tensor>& row_starts) const {
+    return make_call(instance_id_, mode_, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
+                     row_ends, out, out_offsets, records, heads_, page_size_, pages_per_block_, gather_,
+                     max_seq_len_, grid_x_, parts_, row_starts);
+  }
+
+  static Signature signature(const opus::CallDesc& c) {
+    Signature s = {c.q, c.q_scale, c.kv, c.kv_scale, c.weights, c.block_tables, c.qsl, c.row_ends, c.out,
+                   c.out_offsets, c.records, c.row_starts};
+    for (opus::TensorDesc& t : s) t.ptr = nullptr;
+    return s;
+  }
+
+  static bool same(const Signature& a, const Signature& b) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      const opus::TensorDesc &x = a[i], &y = b[i];
+      if (x.dtype != y.dtype || x.ndim != y.ndim || x.device != y.device) return false;
+      for (int d = 0; d < 3; ++d)
+        if (x.sizes[d] != y.sizes[d] || x.strides[d] != y.strides[d]) return false;
+    }
+    return true;
+  }
+
+  int64_t instance_id_, mode_, heads_, page_size_, pages_per_block_;
+  bool gather_;
+  int64_t max_seq_len_, grid_x_, parts_;
+  std::vector<Signature> accepted_;
+};
+
 std::string validate(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Tensor& q_scale,
                      const at::Tensor& kv_cache, const at::Tensor& kv_scale, const at::Tensor& weights,
                      const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& row_ends,
@@ -140,6 +230,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("row_starts") = pybind11::none());
   m.def("validate", &validate, "the launcher's checks without a launch: '' or the broken rule", OPUS_CALL_ARGS,
         pybind11::arg("row_starts") = pybind11::none());
+  pybind11::class_<Launcher>(m, "Launcher", "the op's hot path for one config and mode (dispatch/api.py)")
+      .def(pybind11::init<int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t, int64_t, int64_t>(),
+           pybind11::arg("instance_id"), pybind11::arg("mode"), pybind11::arg("heads"), pybind11::arg("page_size"),
+           pybind11::arg("pages_per_block"), pybind11::arg("gather"), pybind11::arg("max_seq_len"),
+           pybind11::arg("grid_x"), pybind11::arg("parts"))
+      .def("run", &Launcher::run, "launch a call of an accepted signature on torch's current stream; false "
+           "(nothing launched) for any other")
+      .def("accept", &Launcher::accept, "remember this call's signature (its checks passed)")
+      .def("signatures", &Launcher::signatures);
   m.def("registry", &registry, "every registry entry (registry.h) as a dict");
   m.def("target", &opus::target, "the target this build's kernels are for");
 }
