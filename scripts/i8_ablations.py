@@ -73,6 +73,10 @@ EDITS = {
     # what the conversion costs beside the MMA warpgroups
     "splitnoconv": [("      for (int j = 0; j < 4; ++j) i8_key_word(x[j], tb, ones, lo[j], hi[j]);\n",
                      "      for (int j = 0; j < 4; ++j) lo[j] = hi[j] = x[j] ^ tb.pos_lo;\n")],
+    # the split body's MMA warpgroups hand each fast tile back unread (no wgmma, no epilogue, no
+    # stores): what the producer and the converters cost alone
+    "splitempty": [("    if (fast) {\n      stage_stores(n0);\n      fast_stage_split(n0);\n",
+                    "    if (fast) {\n      mbar_arrive(&sm.tiles.empty[c][ts]);\n")],
 }
 # The start-up timeline: %globaltimer at the milestones of a call, into the path_stats buffer
 # from word 8 on (the harness gives it 32 words and prints them with STAMPS=1). Not an ablation:
@@ -117,7 +121,8 @@ EDITS["stamps"] = [
     ("    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n}\n",
      "    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n  if (ct == 0 && blockIdx.x == 0) TS(12);\n  if (ct == 0) TS_MAX(13);\n}\n"),
 ]
-COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"]}
+COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
+          "splitemptynoconv": ["splitempty", "splitnoconv"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
           32: ["1 64 65536", "1 64 32768"]}

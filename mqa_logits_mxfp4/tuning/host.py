@@ -2,7 +2,7 @@
 against the op's Python path alone (no hot path), and the device time of a Table schedule build.
 
 `python -m mqa_logits_mxfp4.tuning.host [--json FILE]` on a GPU. The call and the raw launch
-are timed on the host over many back-to-back calls of a tiny problem (one row, 64 keys); the
+are timed on the host over back-to-back calls of one decode row (64 keys, and 4096); the
 loop measures host time while the kernel is shorter than the host path (`host_bound`, from the
 kernel's own time in a CUDA graph). The schedule build's device time comes from a CUDA graph of
 20 builds (no host launch in it), for 16384 rows (one prefill chunk) and 256 decode sequences.
@@ -25,7 +25,7 @@ from ..dispatch.config_cache import mqa_logits_mxfp4_config
 from ..dispatch.schedule import mqa_logits_mxfp4_schedule
 from ..problems import make_problem
 
-CALLS = 2000
+CALLS = 200   # launches a loop: a backlog of 200 kernels never fills the launch queue
 
 
 def _host_us(fn, calls: int = CALLS, repeats: int = 7) -> float:
@@ -63,11 +63,11 @@ def _device_us(fn, per_graph: int = 20, replays: int = 20) -> float:
     return statistics.median(times)
 
 
-def call_overhead(device, backend: str | None = None, instance: str | None = None) -> dict:
-    prob = make_problem(heads=64, page_size=64, seqs=[(64, 1)], device=device,
+def call_overhead(device, backend: str | None = None, instance: str | None = None, keys: int = 64) -> dict:
+    prob = make_problem(heads=64, page_size=64, seqs=[(keys, 1)], device=device,
                         generator=torch.Generator().manual_seed(0))
     cfg = mqa_logits_mxfp4_config(device, heads=64, head_dim=128, page_size=64, max_rows=1, max_seqs=1,
-                                  max_qlen=1, max_seq_len=64)
+                                  max_qlen=1, max_seq_len=keys)
     if backend is not None:
         be = registry.get(backend)
         inst = next(i for i in be.instances() if i.name == instance) if instance else be.ranked_picks(cfg.key)[0][0]
@@ -91,7 +91,7 @@ def call_overhead(device, backend: str | None = None, instance: str | None = Non
     finally:
         api._launcher = hot_path
     kernel_us = _device_us(raw)
-    return dict(backend=cfg.backend, instance=cfg.instance, mode=cfg.mode, raw_launch_us=round(raw_us, 2),
+    return dict(keys=keys, backend=cfg.backend, instance=cfg.instance, mode=cfg.mode, raw_launch_us=round(raw_us, 2),
                 op_call_us=round(op_us, 2), added_us=round(op_us - raw_us, 2),
                 python_path_us=round(python_us, 2), kernel_us=round(kernel_us, 2),
                 host_bound=bool(raw_us > kernel_us))
@@ -122,17 +122,17 @@ def main(argv=None) -> int:
         print("host: needs a GPU", file=sys.stderr)
         return 1
     device = torch.device("cuda", 0)
-    rows = [call_overhead(device)]
+    rows = [call_overhead(device, keys=keys) for keys in (64, 4096)]   # a tiny call; one decode row of 4K keys
     key = mqa_logits_mxfp4_config(device, heads=64, max_rows=1, max_seqs=1, max_seq_len=64).key
     for name in registry.names():
         be = registry.get(name)
-        if name != rows[0]["backend"] and be.available() is None and not be.supports(key):
+        if name not in {r["backend"] for r in rows} and be.available() is None and not be.supports(key):
             rows.append(call_overhead(device, name))
     sched = [schedule_build(device, [(65536, 16384)]),       # a prefill chunk: 16384 rows
              schedule_build(device, [(32768, 1)] * 256),      # decode, 256 sequences, MTP 1
              schedule_build(device, [(32768, 4)] * 256)]      # MTP 4: 1024 rows
     for r in rows:
-        print(f"call  {r['backend']}/{r['instance']}/{r['mode']}: op {r['op_call_us']} us (Python path alone "
+        print(f"call  1 x {r['keys']} keys, {r['backend']}/{r['instance']}/{r['mode']}: op {r['op_call_us']} us (Python path alone "
               f"{r['python_path_us']} us), raw launch {r['raw_launch_us']} us, added {r['added_us']} us "
               f"(kernel {r['kernel_us']} us)")
     for s in sched:
