@@ -53,6 +53,15 @@ class Backend(Protocol):
         float16 (a narrow out gets the float32 result rounded once to nearest); `row_starts`
         None or int32 [rows]: row r scores keys [row_starts[r], row_ends[r]) (worksplit/rules.py)."""
 
+    offers_launcher: bool  # launcher() may offer a hot path: the op asks again while it returns None
+
+    def launcher(self, cfg, mode: str):
+        """The op's hot path for one config and mode (docs/contract.md, "Host cost"), or None: an
+        object whose `run(q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
+        row_ends, out, out_offsets, records, row_starts)` launches a call whose input signature it
+        accepted and returns False (nothing launched) for any other, and whose `accept(...)` (the
+        same arguments) remembers a signature the op's checks passed."""
+
 
 class BackendBase(abc.ABC):
     """What the backends share: instance lookup, the attribute rules, the grid sizes and the
@@ -77,16 +86,9 @@ class BackendBase(abc.ABC):
                       block_n=inst.block_n, max_seqs=cfg.max_seqs, max_seq_len=cfg.max_seq_len,
                       row_starts=row_starts)
 
-    # A backend whose launcher() can offer a hot path sets this; the op caches a None from the
-    # others once, and asks this one again until it offers one (docs/contract.md, "Host cost").
-    offers_launcher = False
+    offers_launcher = False  # no hot path: the op caches this None once
 
     def launcher(self, cfg, mode: str):
-        """The op's hot path for one config and mode, or None: an object whose
-        `run(q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends, out,
-        out_offsets, records, row_starts)` launches a call whose input signature it accepted and
-        returns False (nothing launched) for any other, and whose `accept(...)` (same arguments)
-        remembers a signature the op's checks passed."""
         return None
 
     def _instance(self, name: str) -> Instance:

@@ -50,6 +50,11 @@ class _Broken:
     def launch(self, cfg, mode, *tensors) -> None:
         raise RuntimeError(str(self._reason))
 
+    offers_launcher = False
+
+    def launcher(self, cfg, mode):
+        return None
+
 
 @functools.cache
 def get(name: str) -> Backend:
