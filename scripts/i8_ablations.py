@@ -77,6 +77,12 @@ EDITS = {
     # stores): what the producer and the converters cost alone
     "splitempty": [("    if (fast) {\n      stage_stores(n0);\n      fast_stage_split(n0);\n",
                     "    if (fast) {\n      mbar_arrive(&sm.tiles.empty[c][ts]);\n")],
+    # the split body's MMA warpgroups without their wgmma (accumulators made from the tile's
+    # address; wrong logits): what the SS wgmma's shared-memory reads and tensor time cost the split
+    "splitnomma": [("  OPUS_DEV void mma_chunk_ss(int32_t (&acc)[NC / 2], uint64_t a_desc, int ch) const {\n    uint32_t ab[4];\n",
+                    "  OPUS_DEV void mma_chunk_ss(int32_t (&acc)[NC / 2], uint64_t a_desc, int ch) const {\n"
+                    "#pragma unroll\n    for (int i = 0; i < NC / 2; ++i) acc[i] = int32_t(uint32_t(a_desc) ^ uint32_t(i + ch));\n"
+                    "    return;\n    uint32_t ab[4];\n")],
 }
 # The start-up timeline: %globaltimer at the milestones of a call, into the path_stats buffer
 # from word 8 on (the harness gives it 32 words and prints them with STAMPS=1). Not an ablation:
@@ -122,7 +128,7 @@ EDITS["stamps"] = [
      "    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n  if (ct == 0 && blockIdx.x == 0) TS(12);\n  if (ct == 0) TS_MAX(13);\n}\n"),
 ]
 COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
-          "splitemptynoconv": ["splitempty", "splitnoconv"]}
+          "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
           32: ["1 64 65536", "1 64 32768"]}
