@@ -15,7 +15,8 @@
 // canonical stage counts (path_stats), the check's worst error in units of A, and how many cells
 // of REPEATS (default 8) more launches differ bitwise from the first launch's (a race detector).
 // With STAMPS=1 and a kernel built with scripts/i8_ablations.py's "stamps" variant, three more
-// launches print the start-up timeline the kernel wrote into path_stats from word 8 on.
+// launches print the start-up timeline the kernel wrote into path_stats from word 8 on. With
+// WARM=1 it also prints the mean time of launches back to back (no flush, L2 warm).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -222,6 +223,18 @@ int main(int argc, char** argv) {
   }
   std::sort(us.begin(), us.end());
   const double med = us[us.size() / 2];
+  // WARM=1: also the launches back to back with no flush between (L2 warm, no other kernel in
+  // between), the mean of `iters` launches between two events
+  double warm = -1;
+  if (std::getenv("WARM") != nullptr) {
+    cudaEventRecord(e0);
+    for (int i = 0; i < iters; ++i) launch_instance(id, args, 0, nullptr);
+    cudaEventRecord(e1);
+    check(cudaEventSynchronize(e1), "warm launches");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    warm = ms * 1000.0 / iters;
+  }
 
   // every cell of REPEATS more launches (output poisoned first, L2 cold) bit for bit against the
   // first launch's: the kernel's sums have one fixed order, so a difference is a race or an
@@ -240,6 +253,7 @@ int main(int argc, char** argv) {
               "%d cells checked, worst %.2e A, %d past 1e-5 A; %d repeats, %lld cells not bitwise the first launch's\n",
               inst->name, M, B, ctx, med, us[0], double(B) * ctx * (D + S) / (med * 1e3), stats[0], stats[1], samples,
               worst, bad, repeats, differ);
+  if (warm >= 0) std::printf("  warm, back to back: %.2f us a launch\n", warm);
   if (std::getenv("STAMPS") != nullptr) {
     // word 8: the first CTA's start (min), 9 the last one's; then CTA 0's milestones
     static const char* names[] = {"last CTA start", "scan done", "producer ready", "walk step", "row window",
