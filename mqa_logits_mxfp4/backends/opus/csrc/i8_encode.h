@@ -111,24 +111,29 @@ OPUS_HD void i8_key_word(uint32_t x, const I8Table& t, uint32_t ones, uint32_t& 
 OPUS_HD constexpr uint32_t i8_bias_key(int slot) { return slot == 0 ? 1u : 255u; }
 // Slot 0 takes want - 255 q; slots 1, 2, ... take q's magnitude 127 at a time (slot p:
 // min(max(|q| - 127 (p - 1), 0), 127), with q's sign): each slot from q alone, no chain through
-// the slots (the group setup runs this once a column, its latency on the way to the first stage).
-OPUS_HD void i8_bias_slice(int qsum, uint32_t (&w)[8]) {
+// the slots. The kernel's group setup has the 16 lanes of a column write two slots each
+// (i8_bias_pair), so the code on the way to the first stage stays short; i8_bias_slice is the
+// whole slice at once (the probes and the host check).
+struct I8BiasQuot {
+  int want, q;
+};
+OPUS_HD I8BiasQuot i8_bias_quot(int qsum) {
   const int want = -int(kI8KeyBias) * qsum;
-  const int q = want >= 0 ? (want + 127) / 255 : -((127 - want) / 255);  // nearest: |want - 255 q| <= 127
-  const int aq = q < 0 ? -q : q;
-  for (int i = 0; i < 8; ++i) {
-    w[i] = 0u;
-    for (int b = 0; b < 4; ++b) {
-      const int p = 4 * i + b;
-      int v = want - 255 * q;
-      if (p > 0) {
-        const int m = aq - 127 * (p - 1);
-        v = m < 0 ? 0 : m > 127 ? 127 : m;
-        if (q < 0) v = -v;
-      }
-      w[i] |= (uint32_t(v) & 0xFFu) << (8 * b);
-    }
-  }
+  return I8BiasQuot{want, want >= 0 ? (want + 127) / 255 : -((127 - want) / 255)};  // nearest: |want - 255 q| <= 127
+}
+OPUS_HD int i8_bias_slot(const I8BiasQuot& bq, int p) {
+  if (p == 0) return bq.want - 255 * bq.q;
+  const int m = (bq.q < 0 ? -bq.q : bq.q) - 127 * (p - 1);
+  const int v = m < 0 ? 0 : m > 127 ? 127 : m;
+  return bq.q < 0 ? -v : v;
+}
+// Slots 2k and 2k + 1 as the two bytes of a 16-bit word (slot 2k low).
+OPUS_HD uint32_t i8_bias_pair(const I8BiasQuot& bq, int k) {
+  return (uint32_t(i8_bias_slot(bq, 2 * k)) & 0xFFu) | (uint32_t(i8_bias_slot(bq, 2 * k + 1)) & 0xFFu) << 8;
+}
+OPUS_HD void i8_bias_slice(int qsum, uint32_t (&w)[8]) {
+  const I8BiasQuot bq = i8_bias_quot(qsum);
+  for (int i = 0; i < 8; ++i) w[i] = i8_bias_pair(bq, 2 * i) | i8_bias_pair(bq, 2 * i + 1) << 16;
 }
 
 }  // namespace opus
