@@ -1168,30 +1168,6 @@ OPUS_DEV void i8_consume(const LaunchArgs& args, I8Smem<R, H, CONS, SPLIT>& sm, 
     if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);
 }
 
-// The start-up's reads, asked for early (docs/perf-notes.md, eighth session): a piece's query
-// rows, their scale words and weights, and the block-table line of its first stage, into L2, by
-// the scan warp once it knows the CTA's first piece (the roles read them after the barrier and
-// their first walk step). Every address is inside its tensor (the walk's rows and tiles are
-// clamped as the roles' own reads are).
-template <int R, int H, int MB>
-OPUS_DEV void prefetch_piece(const LaunchArgs& args, const Piece& p, int lane) {
-  const int nr = imin(p.r1 - p.r0, R);
-  const uint8_t* q = args.q + (long long)p.r0 * H * kHeadBytes;
-  for (int l = lane; l < nr * H * kHeadBytes / 128; l += 32) prefetch_l2(q + 128 * l);
-  if (lane < nr) {
-    const long long row = p.r0 + lane, w = row * args.stride_w, eb = args.weights_bf16 ? 2 : 4;
-    prefetch_l2(args.q_scale + row * H * kScaleBlocks);
-    prefetch_l2(args.q_scale + (row * H + H - 1) * kScaleBlocks);
-    prefetch_l2(static_cast<const char*>(args.weights) + w * eb);
-    prefetch_l2(static_cast<const char*>(args.weights) + (w + H - 1) * eb);
-  }
-  if (lane == 0 && args.bt_cols > 0) {
-    const int32_t* bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;
-    const int entry = fast_div(stage_start<MB>(p.t0) >> args.page_shift, args.ppb_div);
-    prefetch_l2(bt_row + imax(imin(entry, args.bt_cols - 1), 0));
-  }
-}
-
 template <int R, int H, int CONS, bool SPLIT = false>
 __global__ void __launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1) mqa_logits_sm90_i8(const LaunchArgs args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1222,9 +1198,6 @@ __global__ void __launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1) mqa_lo
   if (tid >= 4 && tid < 8) sm.ktables[tid - 4] = i8_key_table(tid - 4);
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   if (args.mode == kModeFree && tid < 32) {
-    // the rows' ends into L1 beside the scan's first loads (its second loads, and every role's
-    // first walk step, then find them there); the first 4096 rows, a line a lane
-    for (int i = 32 * lane; i < imin(args.num_rows, 4096); i += 32 * 32) prefetch_l1(args.row_ends + i);
     const CtaRange cr = cta_range_scan(sv, R, blockIdx.x, gridDim.x, lane);
     if (lane == 0) {
       sm.range[0] = cr.u_begin;
@@ -1232,10 +1205,6 @@ __global__ void __launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1) mqa_lo
       sm.range[2] = cr.b;
       sm.range[3] = cr.base;
     }
-    // the first piece's reads asked for before the barrier, while the other warps wait there
-    FreeIter first{cr.u_begin, cr.u_end, cr.b, cr.base};
-    Piece p0;
-    if (first.next(sv, R, p0) && p0.r1 > p0.r0 && p0.t1 > p0.t0) prefetch_piece<R, H, S::MB>(args, p0, lane);
   }
   __syncthreads();
   PieceWalk walk = make_walk(args, sv, R, sm.range);

@@ -15,12 +15,6 @@ namespace sm90 {
 
 OPUS_DEV uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
-// ---- prefetches: a global line asked for into L1 (this SM) or L2; they write nothing and
-// never fault
-
-OPUS_DEV void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
-OPUS_DEV void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-
 // ---- mbarriers (one 8-byte word each, in shared memory)
 
 OPUS_DEV void mbar_init(uint64_t* bar, uint32_t count) {
