@@ -133,7 +133,10 @@ OPUS_HD uint32_t i8_bias_pair(const I8BiasQuot& bq, int k) {
 }
 OPUS_HD void i8_bias_slice(int qsum, uint32_t (&w)[8]) {
   const I8BiasQuot bq = i8_bias_quot(qsum);
-  for (int i = 0; i < 8; ++i) w[i] = i8_bias_pair(bq, 2 * i) | i8_bias_pair(bq, 2 * i + 1) << 16;
+  for (int i = 0; i < 8; ++i) {
+    w[i] = 0u;
+    for (int b = 0; b < 4; ++b) w[i] |= (uint32_t(i8_bias_slot(bq, 4 * i + b)) & 0xFFu) << (8 * b);
+  }
 }
 
 }  // namespace opus

@@ -433,13 +433,23 @@ struct I8Consumer {
     return ok;
   }
 
-  // Column n's bias slice (i8_bias_slice: 32 bytes against the constant key operand), slots 2k
-  // and 2k + 1 from the column's lane k: the 16 lanes write two bytes each, so the setup's code
-  // holds one short slot computation instead of the whole slice (whose ~300 instructions the
-  // first call fetched cold on the way to the first stage: docs/perf-notes.md, eighth session).
-  OPUS_DEV void bias_pair(int n, int k, int qsum) {
+  // Column n's bias slice (i8_bias_slice: 32 bytes against the constant key operand), written
+  // by the column's lane k (idx % 16). Rows x heads > 64: the 16 lanes write two bytes each
+  // (slots 2k, 2k + 1), so the setup's code holds one short slot computation where lane 0 alone
+  // would run the unrolled slice once an operand word (r2w16: 6 copies, ~100 instructions each,
+  // fetched cold on the way to the first stage) -- 3.5-7% faster at MTP 2. One chunk: lane 0
+  // writes the whole slice, as before: the 16-lane form moved ptxas's allocation of the r1
+  // kernel and cost it 3-6% (docs/perf-notes.md, 2026-12-03, eighth session).
+  OPUS_DEV void bias_column(int n, int k, int qsum) {
     uint8_t* core = sm.qb + kScaleBlocks * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16;  // slots 0..15, +128: 16..31
-    *reinterpret_cast<uint16_t*>(core + (k >> 3) * 128 + 2 * (k & 7)) = uint16_t(i8_bias_pair(i8_bias_quot(qsum), k));
+    if constexpr (S::CHUNKS > 1) {
+      *reinterpret_cast<uint16_t*>(core + (k >> 3) * 128 + 2 * (k & 7)) = uint16_t(i8_bias_pair(i8_bias_quot(qsum), k));
+    } else if (k == 0) {
+      uint32_t w[8];
+      i8_bias_slice(qsum, w);
+      *reinterpret_cast<uint4*>(core) = make_uint4(w[0], w[1], w[2], w[3]);
+      *reinterpret_cast<uint4*>(core + 128) = make_uint4(w[4], w[5], w[6], w[7]);
+    }
   }
 
   // The constant key operand of the bias slice in the A registers: slot p is lane t = p / 4 % 4's
@@ -490,7 +500,7 @@ struct I8Consumer {
         int qsum = __dp4a(int(lo), 0x01010101, 0) + __dp4a(int(hi), 0x01010101, 0);
 #pragma unroll
         for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);
-        bias_pair(n, idx & 15, qsum);
+        bias_column(n, idx & 15, qsum);
       }
     }
   }
