@@ -9,6 +9,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl            # every variant, ids 20 and 31 at 64 heads
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,empty --ids 20
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,splitnovote,splitnoconv,noepi --ids 20,32
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,nc128 --ids 17        # MTP 2, one 128-column wgmma
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
 
 Each variant is exact text edits of kernel_sm90_i8.cuh; an edit whose text is no longer there
@@ -134,10 +135,34 @@ EDITS["exit0"] = [("  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8Smem
                    "  if (args.heads > 0) return;\n")]
 EDITS["exitscan"] = [("  __syncthreads();\n  PieceWalk walk = make_walk(args, sv, R, sm.range);\n",
                       "  __syncthreads();\n  if (args.heads > 0) return;\n  PieceWalk walk = make_walk(args, sv, R, sm.range);\n")]
+# MTP 2 at 64 heads with one wgmma over both rows: the chunk 128 columns (m64n128k32, 64 accumulators
+# a thread) instead of two 64-column chunks, so a 64-key block's tensor work is five wgmma, not ten
+# (the chunk width, not the CUDA-core work, is what r2's tensor-only time points at)
+_W128 = """template <bool KEY_U8>
+struct WgmmaI8<128, KEY_U8> {
+#define OPUS_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "     \\
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \\
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \\
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+  static OPUS_DEV void run(int32_t (&d)[64], const uint32_t (&a)[4], uint64_t b, bool acc) {
+    OPUS_IGMMA_BOTH("m64n128k32", OPUS_D64, "{%64, %65, %66, %67}", "%68", "%69", OPUS_R32(d, 0), OPUS_R32(d, 32));
+  }
+  static OPUS_DEV void start(int32_t (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+    OPUS_IGMMA0_BOTH("m64n128k32", OPUS_D64, "{%64, %65, %66, %67}", "%68", OPUS_W32(d, 0), OPUS_W32(d, 32));
+  }
+#undef OPUS_D64
+};
+
+#undef OPUS_IGMMA0_BOTH
+"""
+EDITS["nc128"] = [("  static constexpr int NC = N < 64 ? N : 64;       // columns of one wgmma\n",
+                   "  static constexpr int NC = N < 128 ? N : 128;     // columns of one wgmma\n"),
+                  ("sm90_ptx.cuh", "#undef OPUS_IGMMA0_BOTH\n", _W128)]
 COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
+          17: ["2 64 32768", "2 16 32768"],
           32: ["1 64 65536", "1 64 32768"]}
 
 
