@@ -149,21 +149,30 @@ static int cmd_i8(bool key) {
 }
 
 // i8_bias_slice for every operand sum |qsum| <= 128 * 96: the slice's dot with the constant key
-// operand must be -kI8KeyBias * qsum, each byte within [-127, 127].
+// operand must be -kI8KeyBias * qsum, each byte within [-127, 127]. The same for the slice as the
+// multi-chunk kernels write it: lane k's i8_bias_pair at byte (k / 8) * 128 + 2 (k % 8) of the
+// column's two 16-byte core rows (slot p at byte p, or 128 + p - 16 from slot 16 on).
 static int cmd_i8bias() {
   long long checked = 0, bad = 0;
   for (int qsum = -128 * 96; qsum <= 128 * 96; ++qsum) {
     uint32_t w[8];
     i8_bias_slice(qsum, w);
-    long long dot = 0;
+    uint8_t core[256] = {};
+    for (int k = 0; k < 16; ++k) {
+      const uint32_t pair = i8_bias_pair(i8_bias_quot(qsum), k);
+      core[(k / 8) * 128 + 2 * (k % 8)] = uint8_t(pair & 0xFFu);
+      core[(k / 8) * 128 + 2 * (k % 8) + 1] = uint8_t(pair >> 8);
+    }
+    long long dot = 0, dot_pairs = 0;
     bool in_range = true;
     for (int p = 0; p < 32; ++p) {
       const int b = int(int8_t(w[p / 4] >> (8 * (p % 4)) & 0xFFu));
       in_range = in_range && b >= -127 && b <= 127;
       dot += (long long)i8_bias_key(p) * b;
+      dot_pairs += (long long)i8_bias_key(p) * int(int8_t(core[p < 16 ? p : 128 + p - 16]));
     }
     ++checked;
-    if (dot != -(long long)kI8KeyBias * qsum || !in_range) {
+    if (dot != -(long long)kI8KeyBias * qsum || dot_pairs != dot || !in_range) {
       if (bad < 5) std::fprintf(stderr, "i8bias qsum=%d: dot %lld\n", qsum, dot);
       ++bad;
     }

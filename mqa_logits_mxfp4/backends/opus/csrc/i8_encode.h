@@ -111,9 +111,9 @@ OPUS_HD void i8_key_word(uint32_t x, const I8Table& t, uint32_t ones, uint32_t& 
 OPUS_HD constexpr uint32_t i8_bias_key(int slot) { return slot == 0 ? 1u : 255u; }
 // Slot 0 takes want - 255 q; slots 1, 2, ... take q's magnitude 127 at a time (slot p:
 // min(max(|q| - 127 (p - 1), 0), 127), with q's sign): each slot from q alone, no chain through
-// the slots. The kernel's group setup has the 16 lanes of a column write two slots each
-// (i8_bias_pair), so the code on the way to the first stage stays short; i8_bias_slice is the
-// whole slice at once (the probes and the host check).
+// the slots. Kernels whose groups span more than one 64-column chunk have the 16 lanes of a
+// column write two slots each (i8_bias_pair), so the code on the way to the first stage stays
+// short; i8_bias_slice is the whole slice at once (one-chunk kernels, the probes, the host check).
 struct I8BiasQuot {
   int want, q;
 };
