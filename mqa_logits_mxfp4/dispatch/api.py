@@ -117,7 +117,7 @@ def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Ten
                row_starts)
     sig = None if compiling or cfg is None or out is None else _signature(id(cfg), tensors)
     if sig is not None and sig in _ACCEPTED:  # these exact shapes, strides, dtypes and devices passed before
-        if out_dtype is not None:
+        if out_dtype is not None and fast is None:  # (the hot path's attempt checked it already)
             check_out_dtype(out, out_dtype)
         if not q.dtype == q_scale.dtype == kv_cache.dtype == kv_scale.dtype == torch.uint8:
             q, q_scale, kv_cache, kv_scale = (as_bytes("", t) for t in (q, q_scale, kv_cache, kv_scale))
@@ -136,7 +136,7 @@ def mqa_logits_mxfp4(q: torch.Tensor, q_scale: torch.Tensor, kv_cache: torch.Ten
         fast.accept(q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends, out,
                     out_offsets, records, row_starts)
     if not compiling:  # under torch.compile the op's real implementation makes these checks
-        if schedule is not None:
+        if schedule is not None and fast is None:  # (the hot path's attempt checked it already)
             schedule.check(cfg, query_start_loc, row_ends, row_starts)
         if env.settings().debug:
             check_contract(cfg, kv_cache.shape[0], block_tables, query_start_loc, row_ends, out, out_offsets,
