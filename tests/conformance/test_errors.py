@@ -150,6 +150,14 @@ def test_hot_path_takes_only_accepted_signatures(monkeypatch):
         _call(args, cfg=cfg, out=out)
     side.synchronize()
     assert python_path == [] and torch.equal(out, first)
+    if hasattr(torch, "float4_e2m1fn_x2") and hasattr(torch, "float8_e8m0fnu"):
+        # torch's MXFP4 dtypes are the same bytes: the accepted uint8 signature serves them too
+        views = {"q": args["q"].view(torch.float4_e2m1fn_x2), "q_scale": args["q_scale"].view(torch.float8_e8m0fnu),
+                 "kv_cache": args["kv_cache"].view(torch.float4_e2m1fn_x2),
+                 "kv_scale": args["kv_scale"].view(torch.float8_e8m0fnu)}
+        out.fill_(POISON)
+        _call({**args, **views}, cfg=cfg, out=out)
+        assert python_path == [] and torch.equal(out, first) and fast.signatures() == known
     monkeypatch.undo()
     out.fill_(POISON)
     for name, repl, kw, fragment in _mutations(prob, cfg, out):

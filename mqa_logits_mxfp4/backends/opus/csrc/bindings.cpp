@@ -39,6 +39,15 @@ opus::TensorDesc describe(const at::Tensor& t) {
 }
 // An optional tensor: absent (TensorDesc's default) for None.
 opus::TensorDesc describe(const std::optional<at::Tensor>& t) { return t.has_value() ? describe(*t) : opus::TensorDesc{}; }
+// q, q_scale, kv_cache, kv_scale: torch's float4_e2m1fn_x2 / float8_e8m0fnu are one-byte views of
+// the same bytes, which the op's checks accept as uint8 (formats.as_uint8), so they are described
+// as uint8: a caller holding those dtypes gets the hot path, not only the uint8 views it accepted.
+opus::TensorDesc describe_bytes(const at::Tensor& t) {
+  opus::TensorDesc d = describe(t);
+  if (t.scalar_type() == at::ScalarType::Float4_e2m1fn_x2 || t.scalar_type() == at::ScalarType::Float8_e8m0fnu)
+    d.dtype = opus::kU8;
+  return d;
+}
 
 opus::CallDesc make_call(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Tensor& q_scale,
                          const at::Tensor& kv_cache, const at::Tensor& kv_scale, const at::Tensor& weights,
@@ -51,10 +60,10 @@ opus::CallDesc make_call(int64_t instance_id, int64_t mode, const at::Tensor& q,
   opus::CallDesc c;
   c.instance_id = (int32_t)instance_id;
   c.mode = (int32_t)mode;
-  c.q = describe(q);
-  c.q_scale = describe(q_scale);
-  c.kv = describe(kv_cache);
-  c.kv_scale = describe(kv_scale);
+  c.q = describe_bytes(q);
+  c.q_scale = describe_bytes(q_scale);
+  c.kv = describe_bytes(kv_cache);
+  c.kv_scale = describe_bytes(kv_scale);
   c.weights = describe(weights);
   c.block_tables = describe(block_tables);
   c.qsl = describe(query_start_loc);
@@ -117,8 +126,8 @@ class Launcher {
     return true;
   }
 
-  // Remember this call's signature (after the op's checks passed). Only byte tensors of dtype
-  // uint8 are remembered: the op passes other byte dtypes on as uint8 views.
+  // Remember this call's signature (after the op's checks passed). The op passes the byte tensors
+  // on as uint8 views; run() describes their float4 / e8m0 forms alike (describe_bytes).
   void accept(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache, const at::Tensor& kv_scale,
               const at::Tensor& weights, const at::Tensor& block_tables, const at::Tensor& query_start_loc,
               const at::Tensor& row_ends, const at::Tensor& out, const std::optional<at::Tensor>& out_offsets,
