@@ -190,10 +190,10 @@ def trimmed_registry(text: str, ids: list[int]) -> str:
     return "\n".join(out)
 
 
-def make_tree(out: Path, variant: str, ids: list[int]) -> Path:
+def make_tree(out: Path, variant: str, ids: list[int], csrc: Path = CSRC) -> Path:
     tree = out / variant
     shutil.rmtree(tree, ignore_errors=True)
-    shutil.copytree(CSRC, tree)
+    shutil.copytree(csrc, tree)
     reg = tree / "registry.h"
     reg.write_text(trimmed_registry(reg.read_text(), ids))
     for name in COMBOS.get(variant, [variant] if variant in EDITS else []):
@@ -224,6 +224,8 @@ def main() -> int:
     ap.add_argument("--ids", default="20,31", help="registry ids to keep (their 64-head kernels)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--shapes", default="", help="';'-separated 'ROWS SEQS KEYS' for every id instead of the defaults")
+    ap.add_argument("--csrc", type=Path, default=CSRC, help="the kernel tree to start from (default: this checkout's; "
+                    "e.g. an older commit's, from `git archive`)")
     a = ap.parse_args()
     variants = [v for v in a.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
@@ -231,7 +233,7 @@ def main() -> int:
         ap.error(f"unknown variants {unknown}")
     ids = [int(i) for i in a.ids.split(",")]
     (a.out / "bin").mkdir(parents=True, exist_ok=True)
-    trees = {v: make_tree(a.out, v, ids) for v in variants}
+    trees = {v: make_tree(a.out, v, ids, a.csrc) for v in variants}
     with ThreadPoolExecutor(max_workers=2) as pool:
         for line in pool.map(lambda v: build(a.out, v, trees[v]), variants):
             print(line)

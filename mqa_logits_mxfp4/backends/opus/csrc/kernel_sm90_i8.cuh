@@ -675,9 +675,26 @@ struct I8Consumer {
     return y;
   }
 
+  // The thread's w' of chunk ch (its columns 8i + 2t, 8i + 2t + 1). From shared memory they are
+  // read before the wait for the unit's wgmma (fast_stage): read after it, each FMA chain waited
+  // for its load behind the wgmma's own shared-memory reads (docs/perf-notes.md, ninth session).
+  OPUS_DEV void unit_weights(int ch, float (&wv)[S::NT][2]) const {
+#pragma unroll
+    for (int i = 0; i < S::NT; ++i) {
+      if constexpr (S::W_IN_REGS) {
+        wv[i][0] = wreg[(ch * S::NT + i) * 2];
+        wv[i][1] = wreg[(ch * S::NT + i) * 2 + 1];
+      } else {
+        const float2 w2 = *reinterpret_cast<const float2*>(&sm.wfast[ch * S::NC + 8 * i + 2 * t]);
+        wv[i][0] = w2.x;
+        wv[i][1] = w2.y;
+      }
+    }
+  }
+
   // relu of the exact dot, times w', summed over the thread's heads of the chunk's rows: two
   // FMA chains a key (even and odd heads), joined at the end.
-  OPUS_DEV void unit_sums(const int32_t (&ac)[S::ACC], int ch, float (&rs)[RPC][2]) const {
+  OPUS_DEV void unit_sums(const int32_t (&ac)[S::ACC], const float (&wv)[S::NT][2], float (&rs)[RPC][2]) const {
     float part[RPC][2][2];
 #pragma unroll
     for (int r = 0; r < RPC; ++r)
@@ -686,19 +703,11 @@ struct I8Consumer {
 #pragma unroll
     for (int i = 0; i < S::NT; ++i) {
       const int lr = H >= S::NC ? 0 : (8 * i) / H;
-      float wv[2];
-      if constexpr (S::W_IN_REGS) {
-        wv[0] = wreg[(ch * S::NT + i) * 2];
-        wv[1] = wreg[(ch * S::NT + i) * 2 + 1];
-      } else {
-        const float2 w2 = *reinterpret_cast<const float2*>(&sm.wfast[ch * S::NC + 8 * i + 2 * t]);
-        wv[0] = w2.x;
-        wv[1] = w2.y;
-      }
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) part[lr][kk][e] = fmaf(relu_scaled(ac[4 * i + 2 * kk + e]), wv[e], part[lr][kk][e]);
+        for (int e = 0; e < 2; ++e)
+          part[lr][kk][e] = fmaf(relu_scaled(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);
     }
 #pragma unroll
     for (int r = 0; r < RPC; ++r)
@@ -718,9 +727,9 @@ struct I8Consumer {
 
   // The epilogue of unit u (its wgmma has retired): its rows' sums into rs; false when the unit
   // holds a row's first chunk only (H = 2 NC: kept in first_chunk, stored with the second).
-  OPUS_DEV bool unit_rows(int u, float (&rs)[RPC][2]) {
+  OPUS_DEV bool unit_rows(int u, const float (&wv)[S::NT][2], float (&rs)[RPC][2]) {
     const int ch = u % S::CHUNKS;
-    unit_sums(acc[u & 1], ch, rs);
+    unit_sums(acc[u & 1], wv, rs);
     if constexpr (H == 2 * S::NC) {
       if ((ch & 1) == 0) {
         first_chunk[0] = rs[0][0];
@@ -771,15 +780,19 @@ struct I8Consumer {
       mma_chunk_fast<S::NC>(acc[u & 1], afr[mb & 1], ch);
       wgmma_commit();
       if (u > 0) {
+        float wv[S::NT][2];
+        unit_weights((u - 1) % S::CHUNKS, wv);
         retired<1>(acc[(u - 1) & 1]);
-        pending = unit_rows(u - 1, pend);
+        pending = unit_rows(u - 1, wv, pend);
         pend_u = u - 1;
       }
     }
+    float wv[S::NT][2];
+    unit_weights((UNITS - 1) % S::CHUNKS, wv);
     retired<0>(acc[(UNITS - 1) & 1]);
     if (pending) store_unit(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1]);
     float rs[RPC][2];
-    if (unit_rows(UNITS - 1, rs)) store_unit(UNITS - 1, rs, n0, scale[(S::MB - 1) & 1]);
+    if (unit_rows(UNITS - 1, wv, rs)) store_unit(UNITS - 1, rs, n0, scale[(S::MB - 1) & 1]);
   }
 
   // SPLIT: the fast path of a stage on the tile the pair's converter wrote. Unit u's wgmma is
@@ -805,16 +818,20 @@ struct I8Consumer {
       wgmma_commit();
       if (pending) store_unit(pend_u, pend, n0, pend_scale);
       if (u > 0) {
+        float wv[S::NT][2];
+        unit_weights((u - 1) % S::CHUNKS, wv);
         retired<1>(acc[(u - 1) & 1]);
-        pending = unit_rows(u - 1, pend);
+        pending = unit_rows(u - 1, wv, pend);
         pend_u = u - 1;
       }
     }
+    float wv[S::NT][2];
+    unit_weights((UNITS - 1) % S::CHUNKS, wv);
     retired<0>(acc[(UNITS - 1) & 1]);
     mbar_arrive(&sm.tiles.empty[c][ts]);
     if (pending) store_unit(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1]);
     float rs[RPC][2];
-    if (unit_rows(UNITS - 1, rs)) store_unit(UNITS - 1, rs, n0, scale[(S::MB - 1) & 1]);
+    if (unit_rows(UNITS - 1, wv, rs)) store_unit(UNITS - 1, rs, n0, scale[(S::MB - 1) & 1]);
   }
 
   // The canonical head tree of one (row, key) over x[H/8][2] (heads 8i + 2t + e).
