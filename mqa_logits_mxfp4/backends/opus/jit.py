@@ -163,6 +163,17 @@ def loaded():
     return _loaded
 
 
+def load_cached():
+    """The extension module if this process has loaded it or the cache holds a build for this
+    torch (imported then), else None; never builds (the Triton backend's hot path asks it)."""
+    if _loaded is not None:
+        return _loaded
+    plat = platform()
+    if plat is None or target(plat) is None or cached_module_path(plat) is None:
+        return None
+    return load()
+
+
 def _import(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import re
+
 import torch
 import triton
+from triton import knobs
 
 from ...core.instance import Instance, Reason, ok_if
 from ...core.modes import MODE_CODES
 from ...worksplit.rules import seq_lanes
 from ..base import BackendBase, attribute_rules, rank_by_rows
+from ..opus import jit as opus_jit
 from .instances import ACC_PER_THREAD, INSTANCES, MMA_KINDS
 
 _PREFERRED_FAMILY = {"gfx950": "scaled", "gfx1250": "scaled",
@@ -38,11 +43,82 @@ def _triton_version() -> tuple[int, int]:
 _DIRECT_LAUNCH = hasattr(triton.compiler.CompiledKernel, "__getitem__")
 
 
+def _pointer_sources(flat: bool, starts: bool, table: bool) -> tuple[int, ...]:
+    """The kernel's 12 pointer arguments, each as the index of the op's tensor argument that fills
+    it (q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends, out,
+    out_offsets, records, row_starts: 0..11); an absent optional one is filled by row_ends (7)."""
+    return (0, 1, 2, 3, 4, 5, 6, 7, 11 if starts else 7, 8, 9 if flat else 7, 10 if table else 7)
+
+
+def _ptx_param_bits(ptx: str, name: str) -> list[int] | None:
+    """The widths in bits of the PTX entry `name`'s parameters (`.param .u64 ...`: 64), or None
+    when the entry is not found or a parameter is not a plain integer one."""
+    m = re.search(r"\.entry\s+" + re.escape(name) + r"\s*\((.*?)\)", ptx, re.S)
+    if m is None:
+        return None
+    kinds = re.findall(r"\.param\s+\.([a-z]+)(\d+)\b", m.group(1))
+    if len(kinds) != len(re.findall(r"\.param\s", m.group(1))) or any(k not in ("u", "s", "b") for k, _ in kinds):
+        return None
+    return [int(bits) for _, bits in kinds]
+
+
+def launch_plan(compiled, sources: tuple[int, ...], ints: tuple[int, ...]) -> list[tuple[int, int]] | None:
+    """The C++ hot path's parameter plan for a compiled kernel (csrc/bindings.cpp FunctionLauncher):
+    one (kind, value) a kernel parameter -- (0, tensor index) for a pointer, (1 | 2, value) for an
+    int32 / int64, (3, 0) for the null scratch pointers Triton appends -- or None where the kernel
+    needs what only Triton's launcher does (scratch memory, clusters, a cooperative or PDL launch)
+    or its PTX parameters do not match the plan's count and widths."""
+    md = compiled.metadata
+    if (getattr(md, "num_ctas", 1) != 1 or getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0)
+            or getattr(md, "launch_cooperative_grid", False) or getattr(md, "launch_pdl", False)):
+        return None
+    values = (*[(0, i) for i in sources], *ints)  # the kernel's arguments in order, constexprs after them
+    plan = []
+    for i, kind in enumerate(compiled.src.signature.values()):
+        if kind == "constexpr":
+            continue  # a constexpr argument, or an int Triton specialized into one (== 1)
+        if i >= len(values):
+            return None
+        if kind.startswith("*"):
+            plan.append(values[i])
+        elif kind in ("i32", "i64"):
+            plan.append((1 if kind == "i32" else 2, values[i]))
+        else:
+            return None
+    bits = _ptx_param_bits(compiled.asm.get("ptx", ""), md.name)
+    if bits is None or not 0 <= len(bits) - len(plan) <= 2:
+        return None
+    plan += [(3, 0)] * (len(bits) - len(plan))  # global (and profile) scratch: null
+    # every entry as wide as the parameter it fills (a Triton whose ABI differs gets no hot path)
+    if any(b != (32 if kind == 1 else 64) for (kind, _), b in zip(plan, bits)):
+        return None
+    return plan
+
+
+class _HotPath:
+    """The op's hot path for one Triton config and mode (BackendBase.launcher): run() is the C++
+    FunctionLauncher's (no Python between the op and the launch); accept() hands it the kernel
+    that the backend's last launch of this signature compiled."""
+
+    def __init__(self, cpp, backend: "TritonBackend", cfg, mode: str):
+        self.run = cpp.run
+        self.signatures = cpp.signatures
+        self._cpp, self._backend, self._cfg, self._mode = cpp, backend, cfg, mode
+
+    def accept(self, *tensors) -> None:
+        if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
+            return  # a profiler's hooks: Triton's launcher calls them, the C++ path would not
+        found = self._backend.served_by(self._cfg, self._mode, *tensors)
+        if found is not None:
+            self._cpp.accept(*tensors, *found)
+
+
 class TritonBackend(BackendBase):
     name = "triton"
 
     def __init__(self):
         self._compiled: dict[tuple, tuple] = {}
+        self._looked_for_opus = False
 
     def available(self) -> Reason | None:
         return None  # triton is a hard dependency; per-device rules live in supports()
@@ -76,13 +152,16 @@ class TritonBackend(BackendBase):
         return [pick for fam in order for pick in rank_by_rows(
             [i for i in INSTANCES if i.family == fam and not self.instance_supports(i, key)], key)]
 
-    def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
-               query_start_loc, row_ends, out, out_offsets, records, row_starts=None) -> None:
+    def _args(self, cfg, mode, tensors) -> tuple:
+        """A launch's arguments from the op's 12 tensor arguments (q, q_scale, kv_cache, kv_scale,
+        weights, block_tables, query_start_loc, row_ends, out, out_offsets, records, row_starts):
+        (pointer sources, pointers, ints, grid, key) -- the key holds every fact Triton specializes
+        the kernel on (see _DIRECT_LAUNCH)."""
+        _, _, kv_cache, _, weights, block_tables, query_start_loc, row_ends, out, out_offsets, records, row_starts = tensors
         flat = out_offsets is not None
         starts = row_starts is not None
-        pointers = (q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
-                    row_starts if starts else row_ends,
-                    out, out_offsets if flat else row_ends, records if records is not None else row_ends)
+        sources = _pointer_sources(flat, starts, records is not None)
+        pointers = tuple(tensors[i] for i in sources)
         # sizes (do_not_specialize: only their width matters; row_ends are clamped to max_seq_len,
         # which the checked table and out cover), then the specialized strides
         sizes = (query_start_loc.shape[0] - 1, row_ends.shape[0], kv_cache.shape[0], cfg.key.max_seq_len,
@@ -92,6 +171,13 @@ class TritonBackend(BackendBase):
         grid = (*cfg.prefill_grid, 1) if mode == "prefill" else (cfg.table_grid, 1, 1)
         key = (id(cfg), mode, flat, starts, out.dtype, *[p.data_ptr() % 16 == 0 for p in pointers],
                *[(v == 1, v % 16 == 0, -2**31 <= v < 2**31) for v in strides], max(sizes) < 2**31)
+        return sources, pointers, ints, grid, key
+
+    def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
+               query_start_loc, row_ends, out, out_offsets, records, row_starts=None) -> None:
+        _, pointers, ints, grid, key = self._args(cfg, mode, (
+            q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends, out, out_offsets,
+            records, row_starts))
         hit = self._compiled.get(key)
         if hit is not None and hit[0] is cfg:
             _, compiled, constexprs = hit
@@ -99,6 +185,7 @@ class TritonBackend(BackendBase):
             return
         inst = self._instance(cfg.instance)
         interp = interpreting()
+        flat, starts = out_offsets is not None, row_starts is not None
         constexprs = (cfg.heads, cfg.heads.bit_length() - 1, cfg.head_dim, cfg.page_size, cfg.pages_per_block,
                       cfg.gather, inst.rows, inst.block_n, MMA_KINDS[inst.family], MODE_CODES[mode],
                       seq_lanes(cfg.max_seqs) if mode == "free" else 1,  # SEQ_P2: Free only
@@ -110,6 +197,43 @@ class TritonBackend(BackendBase):
             if len(self._compiled) >= 1024:
                 self._compiled.clear()
             self._compiled[key] = (cfg, compiled, constexprs)  # holds cfg, so its id() stays unique
+
+    # The op's hot path (docs/contract.md, "Host cost"): the opus extension's C++ FunctionLauncher
+    # around the kernels this backend compiled, where that extension is loaded or built (a
+    # Triton-only process loads the built one; nothing here builds it) and the torch is a CUDA one.
+    @property
+    def offers_launcher(self) -> bool:
+        return _hot_path_platform()
+
+    def launcher(self, cfg, mode):
+        if not _hot_path_platform():
+            return None
+        module = opus_jit.loaded()
+        if module is None and not self._looked_for_opus:
+            self._looked_for_opus = True  # one look at the disk a process (it globs the cache)
+            module = opus_jit.load_cached()
+        return None if module is None else _HotPath(module.FunctionLauncher(), self, cfg, mode)
+
+    def served_by(self, cfg, mode, *tensors):
+        """(function handle, grid, threads, shared memory, plan) of the kernel this backend's last
+        launch of these arguments used, for the hot path; None when it has none or Triton's own
+        launcher must launch it (launch_plan)."""
+        sources, _, ints, grid, key = self._args(cfg, mode, tensors)
+        hit = self._compiled.get(key)
+        if hit is None or hit[0] is not cfg:
+            return None
+        compiled = hit[1]
+        plan = launch_plan(compiled, sources, ints)
+        if plan is None:
+            return None
+        compiled._init_handles()  # loaded by its first launch already; a no-op then
+        return compiled.function, grid, 32 * compiled.metadata.num_warps, compiled.metadata.shared, plan
+
+
+@functools.cache
+def _hot_path_platform() -> bool:
+    """A CUDA torch and compiled (not interpreted) kernels launched through CompiledKernel."""
+    return _DIRECT_LAUNCH and torch.version.cuda is not None and not interpreting()
 
 
 BACKEND = TritonBackend()

@@ -7,7 +7,9 @@
 #include <torch/extension.h>
 
 #include <array>
+#include <cstring>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -98,6 +100,33 @@ void launch(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Te
   opus::launch(c, reinterpret_cast<void*>(static_cast<intptr_t>(stream)));
 }
 
+// An input signature: the 12 tensor arguments' descriptions in the op's order (q, q_scale,
+// kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends, out, out_offsets, records,
+// row_starts), data pointers cleared.
+using Signature = std::array<opus::TensorDesc, 12>;
+
+Signature signature(const opus::CallDesc& c) {
+  Signature s = {c.q, c.q_scale, c.kv, c.kv_scale, c.weights, c.block_tables, c.qsl, c.row_ends, c.out,
+                 c.out_offsets, c.records, c.row_starts};
+  for (opus::TensorDesc& t : s) t.ptr = nullptr;
+  return s;
+}
+
+bool same(const Signature& a, const Signature& b) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    const opus::TensorDesc &x = a[i], &y = b[i];
+    if (x.dtype != y.dtype || x.ndim != y.ndim || x.device != y.device) return false;
+    for (int d = 0; d < 3; ++d)
+      if (x.sizes[d] != y.sizes[d] || x.strides[d] != y.strides[d]) return false;
+  }
+  return true;
+}
+
+// torch's current stream of `device` (a CUDA device type, which a ROCm torch answers for HIP too).
+void* current_stream(const c10::Device& device) {
+  return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle();
+}
+
 // The op's hot path (dispatch/api.py): one config and mode's fixed arguments, and the input
 // signatures (dtype, sizes, strides, device of every tensor) the op's Python checks accepted for
 // them. run() launches a call whose signature was accepted -- the launcher's own checks
@@ -121,8 +150,7 @@ class Launcher {
     bool known = false;
     for (const Signature& s : accepted_) known = known || same(s, sig);
     if (!known) return false;
-    const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(out.device());
-    opus::launch(c, stream.native_handle());
+    opus::launch(c, current_stream(out.device()));
     return true;
   }
 
@@ -149,7 +177,6 @@ class Launcher {
 
  private:
   static constexpr size_t kMaxSignatures = 64;
-  using Signature = std::array<opus::TensorDesc, 12>;  // data pointers cleared
 
   opus::CallDesc call(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache,
                       const at::Tensor& kv_scale, const at::Tensor& weights, const at::Tensor& block_tables,
@@ -161,27 +188,109 @@ class Launcher {
                      max_seq_len_, grid_x_, parts_, row_starts);
   }
 
-  static Signature signature(const opus::CallDesc& c) {
-    Signature s = {c.q, c.q_scale, c.kv, c.kv_scale, c.weights, c.block_tables, c.qsl, c.row_ends, c.out,
-                   c.out_offsets, c.records, c.row_starts};
-    for (opus::TensorDesc& t : s) t.ptr = nullptr;
-    return s;
-  }
-
-  static bool same(const Signature& a, const Signature& b) {
-    for (size_t i = 0; i < a.size(); ++i) {
-      const opus::TensorDesc &x = a[i], &y = b[i];
-      if (x.dtype != y.dtype || x.ndim != y.ndim || x.device != y.device) return false;
-      for (int d = 0; d < 3; ++d)
-        if (x.sizes[d] != y.sizes[d] || x.strides[d] != y.strides[d]) return false;
-    }
-    return true;
-  }
-
   int64_t instance_id_, mode_, heads_, page_size_, pages_per_block_;
   bool gather_;
   int64_t max_seq_len_, grid_x_, parts_;
   std::vector<Signature> accepted_;
+};
+
+// The op's hot path for a kernel another compiler built and loaded: the Triton backend's, whose
+// own launcher parses its ~27 Python arguments on every call (docs/perf-notes.md, ninth session).
+// For each input signature the op's checks accepted (with the pointers' 16-byte alignment, which
+// Triton specializes on), the Triton backend hands over its compiled kernel's handle, grid, block,
+// dynamic shared memory and parameter plan; run() fills in the call's pointers and launches on
+// torch's current stream of out's device, or returns false, having launched nothing.
+class FunctionLauncher {
+ public:
+  // A plan entry is (kind, value): kPointer, the data pointer of run()'s tensor `value` (0..11, in
+  // its argument order); kI32 / kI64, the constant `value`; kNull, a null pointer.
+  enum Kind : int64_t { kPointer = 0, kI32 = 1, kI64 = 2, kNull = 3 };
+
+  bool run(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache, const at::Tensor& kv_scale,
+           const at::Tensor& weights, const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+           const at::Tensor& row_ends, const at::Tensor& out, const std::optional<at::Tensor>& out_offsets,
+           const std::optional<at::Tensor>& records, const std::optional<at::Tensor>& row_starts) const {
+    const Signature d = described(q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
+                                  out, out_offsets, records, row_starts);
+    const Signature sig = cleared(d);
+    for (const Entry& e : entries_) {
+      if (!same(e.sig, sig) || aligned(e.plan, d) != e.aligned) continue;
+      std::array<uint64_t, kMaxParams> slots{};
+      std::array<void*, kMaxParams> params{};
+      for (size_t j = 0; j < e.plan.size(); ++j) {
+        const auto [kind, value] = e.plan[j];
+        if (kind == kPointer) slots[j] = reinterpret_cast<uintptr_t>(d[value].ptr);
+        else if (kind == kI32) { const int32_t v = static_cast<int32_t>(value); std::memcpy(&slots[j], &v, sizeof v); }
+        else if (kind == kI64) { const int64_t v = value; std::memcpy(&slots[j], &v, sizeof v); }
+        params[j] = &slots[j];
+      }
+      opus::launch_loaded(e.function, e.grid, e.threads, e.smem, out.get_device(), current_stream(out.device()),
+                          params.data());
+      return true;
+    }
+    return false;
+  }
+
+  // Remember this call's signature and pointer alignment (after the op's checks passed and the
+  // backend launched it) with the kernel that serves them.
+  void accept(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache, const at::Tensor& kv_scale,
+              const at::Tensor& weights, const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+              const at::Tensor& row_ends, const at::Tensor& out, const std::optional<at::Tensor>& out_offsets,
+              const std::optional<at::Tensor>& records, const std::optional<at::Tensor>& row_starts,
+              uint64_t function, const std::array<int64_t, 3>& grid, int64_t threads, int64_t smem,
+              const std::vector<std::pair<int64_t, int64_t>>& plan) {
+    if (plan.size() > kMaxParams) throw std::invalid_argument("opus FunctionLauncher: more than 64 kernel parameters");
+    for (const auto& [kind, value] : plan)
+      if (kind < kPointer || kind > kNull || (kind == kPointer && (value < 0 || value >= 12)))
+        throw std::invalid_argument("opus FunctionLauncher: a plan entry is (0, tensor 0..11), (1 | 2, value) or (3, 0)");
+    const Signature d = described(q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
+                                  out, out_offsets, records, row_starts);
+    for (const opus::TensorDesc& t : d)
+      if (t.ndim > 3) return;  // three dims described: never a signature it cannot tell apart
+    for (const auto& [kind, value] : plan)
+      if (kind == kPointer && !d[value].present()) return;  // the plan names an absent tensor: not served
+    Entry e{cleared(d), aligned(plan, d), function, {}, static_cast<unsigned>(threads), static_cast<unsigned>(smem), plan};
+    for (int i = 0; i < 3; ++i) e.grid[i] = static_cast<unsigned>(grid[i]);
+    for (const Entry& known : entries_)
+      if (same(known.sig, e.sig) && known.aligned == e.aligned) return;
+    if (entries_.size() >= kMaxSignatures) entries_.clear();
+    entries_.push_back(std::move(e));
+  }
+
+  size_t signatures() const { return entries_.size(); }
+
+ private:
+  static constexpr size_t kMaxSignatures = 64, kMaxParams = 64;
+  struct Entry {
+    Signature sig;
+    uint64_t aligned;  // bit j: plan entry j is a pointer on a 16-byte boundary
+    uint64_t function;
+    unsigned grid[3];
+    unsigned threads, smem;
+    std::vector<std::pair<int64_t, int64_t>> plan;
+  };
+
+  static Signature described(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache,
+                             const at::Tensor& kv_scale, const at::Tensor& weights, const at::Tensor& block_tables,
+                             const at::Tensor& query_start_loc, const at::Tensor& row_ends, const at::Tensor& out,
+                             const std::optional<at::Tensor>& out_offsets, const std::optional<at::Tensor>& records,
+                             const std::optional<at::Tensor>& row_starts) {
+    return {describe_bytes(q), describe_bytes(q_scale), describe_bytes(kv_cache), describe_bytes(kv_scale),
+            describe(weights), describe(block_tables), describe(query_start_loc), describe(row_ends), describe(out),
+            describe(out_offsets), describe(records), describe(row_starts)};
+  }
+  static Signature cleared(Signature s) {
+    for (opus::TensorDesc& t : s) t.ptr = nullptr;
+    return s;
+  }
+  static uint64_t aligned(const std::vector<std::pair<int64_t, int64_t>>& plan, const Signature& d) {
+    uint64_t bits = 0;
+    for (size_t j = 0; j < plan.size(); ++j)
+      if (plan[j].first == kPointer && reinterpret_cast<uintptr_t>(d[plan[j].second].ptr) % 16 == 0) bits |= 1ull << j;
+    return bits;
+  }
+
+  std::vector<Entry> entries_;
 };
 
 std::string validate(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Tensor& q_scale,
@@ -249,6 +358,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            "(nothing launched) for any other")
       .def("accept", &Launcher::accept, "remember this call's signature (its checks passed)")
       .def("signatures", &Launcher::signatures);
+  pybind11::class_<FunctionLauncher>(m, "FunctionLauncher",
+                                     "the op's hot path for a kernel another compiler loaded (the Triton backend's)")
+      .def(pybind11::init<>())
+      .def("run", &FunctionLauncher::run, "launch a call of an accepted signature and alignment on torch's current "
+           "stream; false (nothing launched) for any other")
+      .def("accept", &FunctionLauncher::accept, "remember this call's signature and alignment with the kernel, grid, "
+           "block, shared memory and parameter plan that serve it")
+      .def("signatures", &FunctionLauncher::signatures);
   m.def("registry", &registry, "every registry entry (registry.h) as a dict");
   m.def("target", &opus::target, "the target this build's kernels are for");
 }

@@ -32,6 +32,8 @@
 #error "OPUS_GFX must be 942 or 950"
 #endif
 #else
+#include <cuda.h>  // CUfunction, CUstream: the driver's cuLaunchKernel (launch_function)
+
 #include "kernel_sm90.cuh"
 #include "kernel_sm90_i8.cuh"
 #define OPUS_BUILD_TARGET "sm_90"
@@ -142,12 +144,16 @@ int launch_by_id(int id, const LaunchArgs& args, opus_stream_t s) {
 
 }  // namespace
 
-int launch_instance(int id, const LaunchArgs& args, int device, void* stream) {
+namespace {
+
+// launch() on GPU `device`, the calling thread's current device restored afterwards.
+template <class Launch>
+int on_device(int device, Launch&& launch) {
   int current = -1;
   last_error = opus_get_device(&current);
   if (last_error != opus_success) return kLaunchFailed;
   if (current != device && (last_error = opus_set_device(device)) != opus_success) return kLaunchFailed;
-  const int status = launch_by_id(id, args, static_cast<opus_stream_t>(stream));
+  const int status = launch();
   if (current != device) {
     const opus_error_t restore = opus_set_device(current);
     if (status == kLaunched && restore != opus_success) {
@@ -156,6 +162,50 @@ int launch_instance(int id, const LaunchArgs& args, int device, void* stream) {
     }
   }
   return status;
+}
+
+#if OPUS_CUDA
+// The driver's cuLaunchKernel, through the runtime (no link against libcuda): null if absent.
+using CuLaunchKernel = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                    CUstream, void**, void**);
+CuLaunchKernel driver_launch() {
+  static const CuLaunchKernel fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    const bool ok = cudaGetDriverEntryPointByVersion("cuLaunchKernel", &p, 12000, cudaEnableDefault, &found) == cudaSuccess &&
+                    found == cudaDriverEntryPointSuccess;
+    return ok ? reinterpret_cast<CuLaunchKernel>(p) : nullptr;
+  }();
+  return fn;
+}
+#endif
+
+}  // namespace
+
+int launch_instance(int id, const LaunchArgs& args, int device, void* stream) {
+  return on_device(device, [&] { return launch_by_id(id, args, static_cast<opus_stream_t>(stream)); });
+}
+
+int launch_function(uint64_t function, const unsigned* grid, unsigned threads, unsigned smem, int device,
+                    void* stream, void** params) {
+#if OPUS_HIP
+  (void)function, (void)grid, (void)threads, (void)smem, (void)device, (void)stream, (void)params;
+  last_error = hipErrorNotSupported;
+  return kLaunchFailed;
+#else
+  const CuLaunchKernel launch = driver_launch();
+  if (launch == nullptr) {
+    last_error = cudaErrorNotSupported;
+    return kLaunchFailed;
+  }
+  return on_device(device, [&] {
+    const CUresult r = launch(reinterpret_cast<CUfunction>(function), grid[0], grid[1], grid[2], threads, 1, 1, smem,
+                              static_cast<CUstream>(stream), params, nullptr);
+    // the runtime's error codes take the driver's values for the errors a launch can return
+    last_error = static_cast<cudaError_t>(r);
+    return r == CUDA_SUCCESS ? kLaunched : kLaunchFailed;
+  });
+#endif
 }
 
 }  // namespace opus

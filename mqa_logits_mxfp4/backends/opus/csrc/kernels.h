@@ -18,5 +18,11 @@ const char* build_target();
 // hipStream_t of that device); the calling thread's current device is restored afterwards.
 int launch_instance(int id, const LaunchArgs& args, int device, void* stream);
 const char* launch_error();
+// Launch a kernel loaded elsewhere in this process (a CUfunction handle: the Triton backend's
+// compiled kernel, for dispatch's hot path) on GPU `device` and `stream`: grid[3] CTAs of
+// `threads` threads, `smem` bytes of dynamic shared memory, `params` as cuLaunchKernel takes
+// them. CUDA builds only: a HIP build returns kLaunchFailed.
+int launch_function(uint64_t function, const unsigned* grid, unsigned threads, unsigned smem, int device,
+                    void* stream, void** params);
 
 }  // namespace opus

@@ -49,4 +49,10 @@ void launch(const CallDesc& call, void* stream) {
   }
 }
 
+void launch_loaded(uint64_t function, const unsigned (&grid)[3], unsigned threads, unsigned smem, int device,
+                   void* stream, void** params) {
+  if (launch_function(function, grid, threads, smem, device, stream, params) != kLaunched)
+    throw std::runtime_error(std::string("opus: launch of a loaded kernel failed: ") + launch_error());
+}
+
 }  // namespace opus

@@ -11,5 +11,9 @@ void launch(const CallDesc& call, void* stream);
 // The same checks without a launch: "" when the call is valid, else the broken rule.
 std::string validate(const CallDesc& call);
 const char* target();
+// A kernel loaded elsewhere in the process (kernels.h launch_function), on GPU `device`; raises
+// std::runtime_error when the driver refuses the launch.
+void launch_loaded(uint64_t function, const unsigned (&grid)[3], unsigned threads, unsigned smem, int device,
+                   void* stream, void** params);
 
 }  // namespace opus
