@@ -96,18 +96,20 @@ def launch_plan(compiled, sources: tuple[int, ...], ints: tuple[int, ...]) -> li
 
 
 class _HotPath:
-    """The op's hot path for one Triton config and mode (BackendBase.launcher): run() is the C++
-    FunctionLauncher's (no Python between the op and the launch); accept() hands it the kernel
-    that the backend's last launch of this signature compiled."""
+    """The op's hot path for one Triton config and mode (BackendBase.launcher): run() goes to the
+    C++ FunctionLauncher unless a Triton launch hook is set (a profiler's: Triton's launcher calls
+    it, so such calls take the Python path); accept() hands the FunctionLauncher the kernel that
+    the backend's last launch of this signature compiled."""
 
     def __init__(self, cpp, backend: "TritonBackend", cfg, mode: str):
-        self.run = cpp.run
+        self._run = cpp.run
         self.signatures = cpp.signatures
         self._cpp, self._backend, self._cfg, self._mode = cpp, backend, cfg, mode
 
+    def run(self, *tensors) -> bool:
+        return knobs.runtime.launch_enter_hook is None and knobs.runtime.launch_exit_hook is None and self._run(*tensors)
+
     def accept(self, *tensors) -> None:
-        if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
-            return  # a profiler's hooks: Triton's launcher calls them, the C++ path would not
         found = self._backend.served_by(self._cfg, self._mode, *tensors)
         if found is not None:
             self._cpp.accept(*tensors, *found)
