@@ -1,6 +1,8 @@
 """docs/contract.md ("Errors"): each bad input is refused before any launch, by a message naming the rule
 and the observed value, and `out` is left exactly as it was."""
 
+import threading
+
 import pytest
 import torch
 
@@ -26,6 +28,13 @@ def _call(args, **kw):
     return mx.mqa_logits_mxfp4(a.pop("q"), a.pop("q_scale"), a.pop("kv_cache"), a.pop("kv_scale"),
                                a.pop("weights"), a.pop("block_tables"), a.pop("query_start_loc"),
                                a.pop("row_ends"), **kw)
+
+
+def _try(failed, fn, *args, **kw):
+    try:
+        fn(*args, **kw)
+    except Exception as e:  # noqa: BLE001 -- reported to the test's thread
+        failed.append(e)
 
 
 def _mutations(prob, cfg, out):
@@ -159,6 +168,14 @@ def test_hot_path_takes_only_accepted_signatures(monkeypatch, backend):
         _call(args, cfg=cfg, out=out)
     side.synchronize()
     assert python_path == [] and torch.equal(out, first)
+    out.fill_(POISON)
+    torch.cuda.synchronize()
+    failed = []   # a thread that has not used the GPU yet (no current context there)
+    worker = threading.Thread(target=lambda: _try(failed, _call, args, cfg=cfg, out=out))
+    worker.start()
+    worker.join()
+    torch.cuda.synchronize()
+    assert failed == [] and python_path == [] and torch.equal(out, first)
     if hasattr(torch, "float4_e2m1fn_x2") and hasattr(torch, "float8_e8m0fnu"):
         # torch's MXFP4 dtypes are the same bytes: the accepted uint8 signature serves them too
         views = {"q": args["q"].view(torch.float4_e2m1fn_x2), "q_scale": args["q_scale"].view(torch.float8_e8m0fnu),

@@ -199,8 +199,14 @@ int launch_function(uint64_t function, const unsigned* grid, unsigned threads, u
     return kLaunchFailed;
   }
   return on_device(device, [&] {
-    const CUresult r = launch(reinterpret_cast<CUfunction>(function), grid[0], grid[1], grid[2], threads, 1, 1, smem,
-                              static_cast<CUstream>(stream), params, nullptr);
+    auto attempt = [&] {
+      return launch(reinterpret_cast<CUfunction>(function), grid[0], grid[1], grid[2], threads, 1, 1, smem,
+                    static_cast<CUstream>(stream), params, nullptr);
+    };
+    CUresult r = attempt();
+    // a thread that has not used the device yet has no current context: the runtime binds the
+    // device's primary one (where torch and Triton load everything), then once more
+    if (r == CUDA_ERROR_INVALID_CONTEXT && cudaSetDevice(device) == cudaSuccess) r = attempt();
     // the runtime's error codes take the driver's values for the errors a launch can return
     last_error = static_cast<cudaError_t>(r);
     return r == CUDA_SUCCESS ? kLaunched : kLaunchFailed;
