@@ -34,10 +34,10 @@ NVCC = ["nvcc", "-std=c++17", "-O3", "--fmad=false", "-gencode=arch=compute_90a,
 EDITS = {
     # the epilogue's float work as integer multiply-adds on the same bits (wrong logits; what the
     # FP32 instructions' collisions with the tensor core cost): one IMAD a cell, or two
-    "iepi1": [("        for (int e = 0; e < 2; ++e) part[lr][kk][e] = fmaf(relu_scaled(ac[4 * i + 2 * kk + e]), wv[e], part[lr][kk][e]);\n",
-               "        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = __int_as_float(ac[4 * i + 2 * kk + e] * __float_as_int(wv[e]) + __float_as_int(part[lr][kk][e]));\n")],
-    "iepi2": [("        for (int e = 0; e < 2; ++e) part[lr][kk][e] = fmaf(relu_scaled(ac[4 * i + 2 * kk + e]), wv[e], part[lr][kk][e]);\n",
-               "        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = __int_as_float((ac[4 * i + 2 * kk + e] * __float_as_int(wv[e]) + 7) * __float_as_int(wv[e ^ 1]) + __float_as_int(part[lr][kk][e]));\n")],
+    "iepi1": [("        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = fmaf(relu_scaled(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);\n",
+               "        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = __int_as_float(ac[4 * i + 2 * kk + e] * __float_as_int(wv[i][e]) + __float_as_int(part[lr][kk][e]));\n")],
+    "iepi2": [("        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = fmaf(relu_scaled(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);\n",
+               "        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = __int_as_float((ac[4 * i + 2 * kk + e] * __float_as_int(wv[i][e]) + 7) * __float_as_int(wv[i][e ^ 1]) + __float_as_int(part[lr][kk][e]));\n")],
     # the rows' out pointers from shared memory at R = 2 too (r2w16 spilled them: 8 LDL.64 a stage)
     "rowsmem": [("  static constexpr bool ROWS_IN_REGS = R <= 2;\n", "  static constexpr bool ROWS_IN_REGS = R <= 1;\n")],
     # the consumers only wait for each stage and release it: what the producer and memory alone cost
@@ -51,8 +51,8 @@ EDITS = {
     # the epilogue down to one relu a key (no head sum). ptxas (CUDA 13) builds the r1 kernel of
     # this variant alone with serialized wgmma in some trees and not in others (the measured one
     # of docs/perf-notes.md was not): check the script's warning count
-    "noepi": [("  OPUS_DEV void unit_sums(const int32_t (&ac)[S::ACC], int ch, float (&rs)[RPC][2]) const {\n",
-               "  OPUS_DEV void unit_sums(const int32_t (&ac)[S::ACC], int ch, float (&rs)[RPC][2]) const {\n"
+    "noepi": [("  OPUS_DEV void unit_sums(const int32_t (&ac)[S::ACC], const float (&wv)[S::NT][2], float (&rs)[RPC][2]) const {\n",
+               "  OPUS_DEV void unit_sums(const int32_t (&ac)[S::ACC], const float (&wv)[S::NT][2], float (&rs)[RPC][2]) const {\n"
                "#pragma unroll\n    for (int r = 0; r < RPC; ++r) {\n"
                "      rs[r][0] = relu_scaled(ac[4 * r]);\n      rs[r][1] = relu_scaled(ac[4 * r + 2]);\n    }\n"
                "    return;\n")],
