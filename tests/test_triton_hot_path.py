@@ -21,7 +21,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from mqa_logits_mxfp4.backends.triton import isa, kernels
-from mqa_logits_mxfp4.backends.triton.backend import _pointer_sources, launch_plan
+from mqa_logits_mxfp4.backends.triton.backend import _pointer_sources, kernel_params, launch_plan
 
 kernel = kernels.mqa_logits_kernel
 consts = dict(HEADS=64, LOG2_H=6, D=128, PAGE=64, PPB=1, GATHER=False, R=1, BLOCK_N=64, MMA=0, MODE=1,
@@ -40,7 +40,7 @@ for case in ("all ints", "stride_out == 1"):
     ints = (3, 5, 2**31 + 7, 4096, 0, 64, 512, 1 if case == "stride_out == 1" else 4096, 1)
     entry = re.search(r"\.entry\s+\w+\s*\((.*?)\)", ck.asm["ptx"], re.S).group(1)
     params = re.findall(r"\.param\s+\.(\w+)", entry)
-    out.append(dict(case=case, plan=launch_plan(ck, sources, ints), ptx_params=params, sources=list(sources), ints=list(ints)))
+    out.append(dict(case=case, plan=launch_plan(ck, sources, ints, kernel_params(ck)), ptx_params=params, sources=list(sources), ints=list(ints)))
 print(json.dumps(out))
 """
 
@@ -71,3 +71,27 @@ def test_an_int_specialized_to_a_constexpr_is_not_a_parameter(plans):
     full, spec = plans["all ints"]["plan"], plans["stride_out == 1"]["plan"]
     assert spec is not None and len(spec) == len(plans["stride_out == 1"]["ptx_params"]) == len(full) - 1
     assert spec[:19] == full[:19] and spec[19] == [1, 1]  # stride_out gone, `parts` next
+
+
+def test_launch_hooks_send_calls_through_tritons_launcher():
+    """A profiler's launch hook (Triton 3.5 on: added to a HookChain; before: set) turns the hot
+    path off, so Triton's launcher calls it; with none set, the hot path is on."""
+    from triton import knobs
+
+    from mqa_logits_mxfp4.backends.triton.backend import _no_launch_hooks
+    assert _no_launch_hooks()
+    hook = knobs.runtime.launch_enter_hook
+    seen = []
+    if hasattr(hook, "add"):
+        hook.add(seen.append)
+        try:
+            assert not _no_launch_hooks()
+        finally:
+            hook.remove(seen.append)
+    else:
+        knobs.runtime.launch_enter_hook = seen.append
+        try:
+            assert not _no_launch_hooks()
+        finally:
+            knobs.runtime.launch_enter_hook = hook
+    assert _no_launch_hooks()

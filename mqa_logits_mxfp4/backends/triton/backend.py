@@ -62,15 +62,24 @@ def _ptx_param_bits(ptx: str, name: str) -> list[int] | None:
     return [int(bits) for _, bits in kinds]
 
 
-def launch_plan(compiled, sources: tuple[int, ...], ints: tuple[int, ...]) -> list[tuple[int, int]] | None:
-    """The C++ hot path's parameter plan for a compiled kernel (csrc/bindings.cpp FunctionLauncher):
-    one (kind, value) a kernel parameter -- (0, tensor index) for a pointer, (1 | 2, value) for an
-    int32 / int64, (3, 0) for the null scratch pointers Triton appends -- or None where the kernel
-    needs what only Triton's launcher does (scratch memory, clusters, a cooperative or PDL launch)
-    or its PTX parameters do not match the plan's count and widths."""
+def kernel_params(compiled) -> list[int] | None:
+    """The widths of a compiled kernel's PTX parameters, or None where the kernel needs what only
+    Triton's launcher does (scratch memory, clusters, a cooperative or PDL launch)."""
     md = compiled.metadata
     if (getattr(md, "num_ctas", 1) != 1 or getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0)
             or getattr(md, "launch_cooperative_grid", False) or getattr(md, "launch_pdl", False)):
+        return None
+    return _ptx_param_bits(compiled.asm.get("ptx", ""), md.name)
+
+
+def launch_plan(compiled, sources: tuple[int, ...], ints: tuple[int, ...],
+                bits: list[int] | None) -> list[tuple[int, int]] | None:
+    """The C++ hot path's parameter plan for a compiled kernel (csrc/bindings.cpp FunctionLauncher)
+    whose PTX parameters have these widths (kernel_params): one (kind, value) a kernel parameter --
+    (0, tensor index) for a pointer, (1 | 2, value) for an int32 / int64, (3, 0) for the null
+    scratch pointers Triton appends -- or None when the parameters do not match the plan's count
+    and widths (a Triton whose ABI differs gets no hot path)."""
+    if bits is None:
         return None
     values = (*[(0, i) for i in sources], *ints)  # the kernel's arguments in order, constexprs after them
     plan = []
@@ -85,14 +94,18 @@ def launch_plan(compiled, sources: tuple[int, ...], ints: tuple[int, ...]) -> li
             plan.append((1 if kind == "i32" else 2, values[i]))
         else:
             return None
-    bits = _ptx_param_bits(compiled.asm.get("ptx", ""), md.name)
-    if bits is None or not 0 <= len(bits) - len(plan) <= 2:
+    if not 0 <= len(bits) - len(plan) <= 2:
         return None
     plan += [(3, 0)] * (len(bits) - len(plan))  # global (and profile) scratch: null
-    # every entry as wide as the parameter it fills (a Triton whose ABI differs gets no hot path)
     if any(b != (32 if kind == 1 else 64) for (kind, _), b in zip(plan, bits)):
         return None
     return plan
+
+
+def _no_launch_hooks() -> bool:
+    """No Triton launch hook is set: the knobs hold an empty HookChain (Triton 3.5 on) or None."""
+    enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    return (enter is None or not getattr(enter, "calls", True)) and (leave is None or not getattr(leave, "calls", True))
 
 
 class _HotPath:
@@ -107,7 +120,7 @@ class _HotPath:
         self._cpp, self._backend, self._cfg, self._mode = cpp, backend, cfg, mode
 
     def run(self, *tensors) -> bool:
-        return knobs.runtime.launch_enter_hook is None and knobs.runtime.launch_exit_hook is None and self._run(*tensors)
+        return _no_launch_hooks() and self._run(*tensors)
 
     def accept(self, *tensors) -> None:
         found = self._backend.served_by(self._cfg, self._mode, *tensors)
@@ -182,7 +195,7 @@ class TritonBackend(BackendBase):
             records, row_starts))
         hit = self._compiled.get(key)
         if hit is not None and hit[0] is cfg:
-            _, compiled, constexprs = hit
+            compiled, constexprs = hit[1], hit[2]
             compiled[grid](*pointers, *ints, *constexprs)
             return
         inst = self._instance(cfg.instance)
@@ -198,7 +211,8 @@ class TritonBackend(BackendBase):
         if _DIRECT_LAUNCH and not interp:
             if len(self._compiled) >= 1024:
                 self._compiled.clear()
-            self._compiled[key] = (cfg, compiled, constexprs)  # holds cfg, so its id() stays unique
+            self._compiled[key] = (cfg, compiled, constexprs)  # holds cfg, so its id() stays unique (served_by
+            # appends the kernel's PTX parameter widths)
 
     # The op's hot path (docs/contract.md, "Host cost"): the opus extension's C++ FunctionLauncher
     # around the kernels this backend compiled, where that extension is loaded or built (a
@@ -225,7 +239,9 @@ class TritonBackend(BackendBase):
         if hit is None or hit[0] is not cfg:
             return None
         compiled = hit[1]
-        plan = launch_plan(compiled, sources, ints)
+        if len(hit) == 3:  # the PTX read once a compiled kernel
+            hit = self._compiled[key] = (*hit, kernel_params(compiled))
+        plan = launch_plan(compiled, sources, ints, hit[3])
         if plan is None:
             return None
         compiled._init_handles()  # loaded by its first launch already; a no-op then

@@ -99,10 +99,12 @@ struct I8Shape {
   static constexpr int CT = 128 * CONS;            // consumer (SPLIT: MMA) threads
   static constexpr int THREADS = 128 + CT + (SPLIT ? 128 * CONS : 0);
   static_assert(!SPLIT || (CONS == 2 && NC == 64 && H == 64), "the split body: two pairs, 64 heads");
-  // The fast path keeps its weights in registers only with one 64-key M block's worth of columns:
-  // at 128 columns the register pressure made ptxas insert a dummy wgmma, and the fast-path sums
-  // came out wrong on the H200 (rows x heads 128 then reads them from shared memory, as 256 does).
-  static constexpr bool W_IN_REGS = N <= 64;
+  // The fast path keeps its weights in registers up to 128 columns where two consumer warpgroups
+  // have 224 registers a thread (at 128 columns r2w12 is 7-8% faster so: docs/perf-notes.md, ninth
+  // session; an older form of this kernel had ptxas insert a dummy wgmma there and came out
+  // wrong). With three consumers (160 registers) 128 columns spill inside the stage loops, and
+  // 256 columns never fit: those read their weights from shared memory, before each unit's wait.
+  static constexpr bool W_IN_REGS = N <= 64 || (N <= 128 && CONS <= 2);
   static_assert(H % 16 == 0 && H <= 128 && N <= 256, "heads 16..128, rows x heads <= 256");
   static_assert(H <= NC || H == 2 * NC, "a row spans at most two chunks");
   static_assert(CONS >= 1 && CONS <= 3, "one producer warp a consumer warpgroup");
