@@ -158,9 +158,6 @@ struct WgmmaI8<128, KEY_U8> {
 EDITS["nc128"] = [("  static constexpr int NC = N < 64 ? N : 64;       // columns of one wgmma\n",
                    "  static constexpr int NC = N < 128 ? N : 128;     // columns of one wgmma\n"),
                   ("sm90_ptx.cuh", "#undef OPUS_IGMMA0_BOTH\n", _W128)]
-# the fast path's weights in registers at 128 columns too (r2 at 64 heads: 32 more live registers;
-# an older form of the kernel miscompiled this way, so the harness's check is the test)
-EDITS["wregs128"] = [("  static constexpr bool W_IN_REGS = N <= 64;\n", "  static constexpr bool W_IN_REGS = N <= 128;\n")]
 COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"]}
