@@ -677,9 +677,10 @@ struct I8Consumer {
     return y;
   }
 
-  // The thread's w' of chunk ch (its columns 8i + 2t, 8i + 2t + 1). From shared memory they are
-  // read before the wait for the unit's wgmma (fast_stage): read after it, each FMA chain waited
-  // for its load behind the wgmma's own shared-memory reads (docs/perf-notes.md, ninth session).
+  // The thread's w' of chunk ch (its columns 8i + 2t, 8i + 2t + 1). Where they live in shared
+  // memory (!W_IN_REGS) fast_stage reads them before the wait for the unit's wgmma rather than
+  // after it; that moved where the warps wait more than how long (r2w16 -1.5%, others unchanged:
+  // docs/perf-notes.md, ninth session).
   OPUS_DEV void unit_weights(int ch, float (&wv)[S::NT][2]) const {
 #pragma unroll
     for (int i = 0; i < S::NT; ++i) {
