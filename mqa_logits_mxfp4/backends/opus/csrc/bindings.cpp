@@ -105,11 +105,14 @@ void launch(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Te
 // row_starts), data pointers cleared.
 using Signature = std::array<opus::TensorDesc, 12>;
 
-Signature signature(const opus::CallDesc& c) {
-  Signature s = {c.q, c.q_scale, c.kv, c.kv_scale, c.weights, c.block_tables, c.qsl, c.row_ends, c.out,
-                 c.out_offsets, c.records, c.row_starts};
+Signature cleared(Signature s) {
   for (opus::TensorDesc& t : s) t.ptr = nullptr;
   return s;
+}
+
+Signature signature(const opus::CallDesc& c) {
+  return cleared({c.q, c.q_scale, c.kv, c.kv_scale, c.weights, c.block_tables, c.qsl, c.row_ends, c.out,
+                  c.out_offsets, c.records, c.row_starts});
 }
 
 bool same(const Signature& a, const Signature& b) {
@@ -278,10 +281,6 @@ class FunctionLauncher {
     return {describe_bytes(q), describe_bytes(q_scale), describe_bytes(kv_cache), describe_bytes(kv_scale),
             describe(weights), describe(block_tables), describe(query_start_loc), describe(row_ends), describe(out),
             describe(out_offsets), describe(records), describe(row_starts)};
-  }
-  static Signature cleared(Signature s) {
-    for (opus::TensorDesc& t : s) t.ptr = nullptr;
-    return s;
   }
   static uint64_t aligned(const std::vector<std::pair<int64_t, int64_t>>& plan, const Signature& d) {
     uint64_t bits = 0;
