@@ -65,6 +65,11 @@ EDITS = {
                 "  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), j > 0);\n"
                 "    return;\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(")],
     # no vote: every stage of a fast group takes the fast path, no warpgroup barrier
+    # the consumers' work alone: the producer walks the table and arrives on each stage without
+    # copying (the stage keeps stale bytes; with novote every stage takes the fast path)
+    "nomem": [("    const uint32_t bytes = slot >= 0 ? uint32_t(L * (kHeadBytes + 4)) : 0u;\n",
+               "    const uint32_t bytes = 0u;\n"),
+              ("    if (slot >= 0) {\n      bulk_copy(st.raw", "    if (slot >= 0 && bytes > 0) {\n      bulk_copy(st.raw")],
     "novote": [("      fast = bar_and(2 + c, 128, ok);", "      fast = true;\n      (void)ok;")],
     # the split body (id 32): its converters' vote without the warpgroup barrier (exact on data
     # whose stages are all fast: what the bar.red a stage costs the converters)
@@ -160,7 +165,8 @@ EDITS["nc128"] = [("  static constexpr int NC = N < 64 ? N : 64;       // column
                   ("sm90_ptx.cuh", "#undef OPUS_IGMMA0_BOTH\n", _W128)]
 COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
-          "nc128noconvepi": ["nc128", "noconv", "noepi"]}
+          "nc128noconvepi": ["nc128", "noconv", "noepi"],
+          "nomemnovote": ["nomem", "novote"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
           17: ["2 64 32768", "2 16 32768"],
