@@ -70,6 +70,10 @@ EDITS = {
     "nomem": [("    const uint32_t bytes = slot >= 0 ? uint32_t(L * (kHeadBytes + 4)) : 0u;\n",
                "    const uint32_t bytes = 0u;\n"),
               ("    if (slot >= 0) {\n      bulk_copy(st.raw", "    if (slot >= 0 && bytes > 0) {\n      bulk_copy(st.raw")],
+    # the vote's two halves: its instructions with a warp's verdict instead of the warpgroup
+    # barrier (exact on the harness's all-fast data only), and the barrier with no vote behind it
+    "votewarp": [("      fast = bar_and(2 + c, 128, ok);", "      fast = __all_sync(0xFFFFFFFFu, ok);")],
+    "votebar": [("      fast = bar_and(2 + c, 128, ok);", "      fast = bar_and(2 + c, 128, true);\n      (void)ok;")],
     "novote": [("      fast = bar_and(2 + c, 128, ok);", "      fast = true;\n      (void)ok;")],
     # the split body (id 32): its converters' vote without the warpgroup barrier (exact on data
     # whose stages are all fast: what the bar.red a stage costs the converters)
