@@ -74,6 +74,9 @@ EDITS = {
     # barrier (exact on the harness's all-fast data only), and the barrier with no vote behind it
     "votewarp": [("      fast = bar_and(2 + c, 128, ok);", "      fast = __all_sync(0xFFFFFFFFu, ok);")],
     "votebar": [("      fast = bar_and(2 + c, 128, ok);", "      fast = bar_and(2 + c, 128, true);\n      (void)ok;")],
+    # 512-key stages (eight M blocks): a consumer's wgmma pipeline drains and its vote runs half as
+    # often. Two-consumer kernels only (three consumers' 768-key rings hold no two such stages)
+    "stage512": [("registry.h", "#define OPUS_I8_STAGE_KEYS 256", "#define OPUS_I8_STAGE_KEYS 512")],
     "novote": [("      fast = bar_and(2 + c, 128, ok);", "      fast = true;\n      (void)ok;")],
     # the split body (id 32): its converters' vote without the warpgroup barrier (exact on data
     # whose stages are all fast: what the bar.red a stage costs the converters)
