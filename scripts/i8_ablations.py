@@ -10,6 +10,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,empty --ids 20
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,splitnovote,splitnoconv,noepi --ids 20,32
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,nc128 --ids 17        # MTP 2, one 128-column wgmma
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,splitr2 --ids 17,33   # MTP 2, the split body (id 33)
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
 
 Each variant is exact text edits of kernel_sm90_i8.cuh; an edit whose text is no longer there
@@ -77,6 +78,15 @@ EDITS = {
     # 512-key stages (eight M blocks): a consumer's wgmma pipeline drains and its vote runs half as
     # often. Two-consumer kernels only (three consumers' 768-key rings hold no two such stages)
     "stage512": [("registry.h", "#define OPUS_I8_STAGE_KEYS 256", "#define OPUS_I8_STAGE_KEYS 512")],
+    # the split body at two rows (MTP 2, 64 heads): id 33, sm90_i8_r2w20 -- each converted tile
+    # serves both rows' chunks, so the conversion's share of the MMA side's work halves
+    "splitr2": [("registry.h", "  X(31, sm90_i8_r2w16,     sm90,   i8,   2, 16, 64, 4, 1, 0x5)                 \\\n",
+                 "  X(31, sm90_i8_r2w16,     sm90,   i8,   2, 16, 64, 4, 1, 0x5)                 \\\n"
+                 "  X(33, sm90_i8_r2w20,     sm90,   i8,   2, 20, 64, 4, 1, 0x4)                 \\\n"),
+                # its MMA warpgroups (152 registers) spill the fast stage with 128 columns of weights
+                # in registers: they read them from shared memory, as three consumers do
+                ("  static constexpr bool W_IN_REGS = N <= 64 || (N <= 128 && CONS <= 2);\n",
+                 "  static constexpr bool W_IN_REGS = N <= 64 || (N <= 128 && CONS <= 2 && !SPLIT);\n")],
     "novote": [("      fast = bar_and(2 + c, 128, ok);", "      fast = true;\n      (void)ok;")],
     # the split body (id 32): its converters' vote without the warpgroup barrier (exact on data
     # whose stages are all fast: what the bar.red a stage costs the converters)
@@ -176,7 +186,7 @@ COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi
           "nomemnovote": ["nomem", "novote"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
-          17: ["2 64 32768", "2 16 32768"],
+          17: ["2 64 32768", "2 16 32768"], 33: ["2 64 32768", "2 16 32768"],
           32: ["1 64 65536", "1 64 32768"]}
 
 
@@ -207,8 +217,6 @@ def make_tree(out: Path, variant: str, ids: list[int], csrc: Path = CSRC) -> Pat
     tree = out / variant
     shutil.rmtree(tree, ignore_errors=True)
     shutil.copytree(csrc, tree)
-    reg = tree / "registry.h"
-    reg.write_text(trimmed_registry(reg.read_text(), ids))
     for name in COMBOS.get(variant, [variant] if variant in EDITS else []):
         for edit in EDITS[name]:
             fname, old, new = edit if len(edit) == 3 else ("kernel_sm90_i8.cuh", *edit)
@@ -217,6 +225,8 @@ def make_tree(out: Path, variant: str, ids: list[int], csrc: Path = CSRC) -> Pat
             if src.count(old) != 1:
                 sys.exit(f"{variant}: the edit '{name}' no longer matches {fname} exactly once")
             path.write_text(src.replace(old, new))
+    reg = tree / "registry.h"  # trimmed after the edits: an edit may add a row
+    reg.write_text(trimmed_registry(reg.read_text(), ids))
     return tree
 
 
