@@ -10,7 +10,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,empty --ids 20
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,splitnovote,splitnoconv,noepi --ids 20,32
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,nc128 --ids 17        # MTP 2, one 128-column wgmma
-    python3 scripts/i8_ablations.py --out .gl/abl --variants base,splitr2 --ids 17,33   # MTP 2, the split body (id 33)
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,splitr2,splitr2signed --ids 17,33  # MTP 2, the split body (id 33)
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
 
 Each variant is exact text edits of kernel_sm90_i8.cuh; an edit whose text is no longer there
@@ -87,6 +87,26 @@ EDITS = {
                 # in registers: they read them from shared memory, as three consumers do
                 ("  static constexpr bool W_IN_REGS = N <= 64 || (N <= 128 && CONS <= 2);\n",
                  "  static constexpr bool W_IN_REGS = N <= 64 || (N <= 128 && CONS <= 2 && !SPLIT);\n")],
+    # splitr2 with signed keys: the converters write 2 E2M1 2^d as signed bytes (i8_word, two ALU
+    # instructions a word more, off the tensor core's warps) and the MMA warpgroups drop the bias
+    # slice (four SS wgmma a chunk, not five: a fifth less tensor work)
+    "signedss": [("      for (int j = 0; j < 4; ++j) i8_key_word(x[j], tb, ones, lo[j], hi[j]);\n",
+                  "      for (int j = 0; j < 4; ++j) i8_word(x[j], tb, lo[j], hi[j]);\n"),
+                 ("      const I8Table tb = sm.ktables[(o >> (8 * b)) & 3u];\n",
+                  "      const I8Table tb = sm.tables[(o >> (8 * b)) & 3u];\n"),
+                 ("    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(acc, ab, b_desc(kScaleBlocks, ch));\n"
+                  "#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run_ss(acc, a_desc + uint64_t((j * 2048) >> 4), b_desc(j, ch));\n",
+                  "    WgmmaI8<NC, false>::start_ss(acc, a_desc, b_desc(0, ch));\n"
+                  "#pragma unroll\n    for (int j = 1; j < 4; ++j) WgmmaI8<NC, false>::run_ss(acc, a_desc + uint64_t((j * 2048) >> 4), b_desc(j, ch));\n"),
+                 ("sm90_ptx.cuh", "#undef OPUS_D32\n  }\n};\n",
+                  "#undef OPUS_D32\n  }\n"
+                  "  static OPUS_DEV void start_ss(int32_t (&d)[32], uint64_t a, uint64_t b) {\n"
+                  "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.u32 p, 0, 0;\\n\"\n"
+                  "                 \"wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, \"\n"
+                  "                 \"%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, \"\n"
+                  "                 \"%30, %31}, %32, %33, p;\\n}\\n\"\n"
+                  "                 : OPUS_W32(d, 0) : \"l\"(a), \"l\"(b));\n"
+                  "  }\n};\n")],
     "novote": [("      fast = bar_and(2 + c, 128, ok);", "      fast = true;\n      (void)ok;")],
     # the split body (id 32): its converters' vote without the warpgroup barrier (exact on data
     # whose stages are all fast: what the bar.red a stage costs the converters)
@@ -183,7 +203,8 @@ EDITS["nc128"] = [("  static constexpr int NC = N < 64 ? N : 64;       // column
 COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
-          "nomemnovote": ["nomem", "novote"]}
+          "nomemnovote": ["nomem", "novote"],
+          "splitr2signed": ["splitr2", "signedss"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
           17: ["2 64 32768", "2 16 32768"], 33: ["2 64 32768", "2 16 32768"],
