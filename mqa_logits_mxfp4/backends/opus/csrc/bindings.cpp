@@ -104,6 +104,8 @@ void launch(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Te
 // kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends, out, out_offsets, records,
 // row_starts), data pointers cleared.
 using Signature = std::array<opus::TensorDesc, 12>;
+// Signatures a launcher remembers; past this many it forgets them all and accepts afresh.
+constexpr size_t kMaxSignatures = 64;
 
 Signature cleared(Signature s) {
   for (opus::TensorDesc& t : s) t.ptr = nullptr;
@@ -179,8 +181,6 @@ class Launcher {
   size_t signatures() const { return accepted_.size(); }
 
  private:
-  static constexpr size_t kMaxSignatures = 64;
-
   opus::CallDesc call(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache,
                       const at::Tensor& kv_scale, const at::Tensor& weights, const at::Tensor& block_tables,
                       const at::Tensor& query_start_loc, const at::Tensor& row_ends, const at::Tensor& out,
@@ -263,7 +263,7 @@ class FunctionLauncher {
   size_t signatures() const { return entries_.size(); }
 
  private:
-  static constexpr size_t kMaxSignatures = 64, kMaxParams = 64;
+  static constexpr size_t kMaxParams = 64;
   struct Entry {
     Signature sig;
     uint64_t aligned;  // bit j: plan entry j is a pointer on a 16-byte boundary
