@@ -143,6 +143,51 @@ def test_i8_paths_taken(data, pair, mode):
         assert fast > 0 and canonical >= 1, (fast, canonical)
 
 
+def spread_weights(prob, binades: tuple[int, int], seed: int):
+    """The problem with weights sign * 2^e * (1 + u), u uniform in [0, 1), e taking the two values
+    of `binades` on alternate heads: every row's |w| spans about their difference."""
+    gen = torch.Generator().manual_seed(seed)
+    rows, heads = prob.weights.shape
+    e = torch.tensor(binades, dtype=torch.float64)[torch.arange(heads) % 2].expand(rows, heads)
+    sign = torch.randint(0, 2, (rows, heads), generator=gen, dtype=torch.float64) * 2 - 1
+    w = sign * torch.exp2(e) * (1 + torch.rand(rows, heads, generator=gen, dtype=torch.float64))
+    return prob.__class__(**{**prob.__dict__, "weights": w.to(prob.weights.dtype).to(prob.weights.device)})
+
+
+# (the two binades of spread_weights, whether the i8 fast path may take them): with query scale
+# bytes in [120, 124) a head's w' = w * 2^(qmin - 127) lies 6..7 binades under w, and the rule
+# wants every nonzero |w'| within [2^-100, 2^92] (docs/numerics.md, "Integer tiles")
+WEIGHT_SPREADS = {"high": ((78, 79), True), "low": ((-86, -85), True), "wide": ((-86, 79), True),
+                  "too_high": ((20, 100), False), "too_low": ((-110, 0), False)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pair", I8)
+@pytest.mark.parametrize("spread", list(WEIGHT_SPREADS))
+def test_i8_weight_range(spread, pair):
+    """The fast path's weights near either end of the rule's range, and groups spanning all of
+    it, take the fast path within the tolerance; a group with a weight past either end takes the
+    canonical path."""
+    if not torch.cuda.is_available() or registry.get("opus").available() is not None:
+        pytest.skip("the opus backend on a GPU")
+    binades, fast_ok = WEIGHT_SPREADS[spread]
+    prob = spread_weights(build("v4_decode", "cuda", seed=61, scales=(120, 124), block_spread=2), binades, seed=63)
+    cfg = config(prob, pair, "free")
+    backend, inst = instance_of(pair)
+    out = torch.full((prob.rows + 1, cfg.max_seq_len + 3), POISON, device="cuda")
+    stats = torch.zeros(2, dtype=torch.int64, device="cuda")
+    backend.launch(cfg, "free", *prob.args(), out, None, None, path_stats=stats)
+    fast, canonical = stats.tolist()
+    ref = reference(prob, cfg)
+    assert compare_to_reference(out, ref) == []
+    assert_untouched_outside(out, ref, prob.live_rows)
+    assert fast + canonical == i8_stages(prob, cfg, inst, "free"), (fast, canonical)
+    if fast_ok:
+        assert fast > 0 and canonical == 0, (fast, canonical)
+    else:
+        assert fast == 0 and canonical > 0, (fast, canonical)
+
+
 def plant_scattered(prob, every: int = 7):
     """Every `every`-th page of the cache with key block offsets of 3 (just outside the i8 fast
     rule), the rest narrow: many stages mix both kinds of tiles (a 256-key stage spans 16 pages
