@@ -97,6 +97,14 @@ def i8_stages(prob, cfg, inst, mode: str) -> int:
     return opus_i8_stages(cfg, inst, mode, prob.query_start_loc.tolist(), prob.row_ends.tolist())
 
 
+def launch_counted(backend, prob, cfg, mode: str, out, records=None) -> tuple[int, int]:
+    """One launch of an i8 instance into `out` with its path counters: (fast, canonical) stages."""
+    stats = torch.zeros(2, dtype=torch.int64, device="cuda")
+    backend.launch(cfg, mode, *prob.args(), out, None, records, path_stats=stats)
+    fast, canonical = stats.tolist()
+    return fast, canonical
+
+
 def plant_wide(prob):
     """Sequence 0's first page with a key block spread of 12 and its third page with a 0xFF
     block (both fall outside the fast rule); the rest stays narrow."""
@@ -128,9 +136,7 @@ def test_i8_paths_taken(data, pair, mode):
     if mode == "table":
         records = cfg.schedule_buffers()
         backend.build_schedule(cfg, prob.query_start_loc, prob.row_ends, records)
-    stats = torch.zeros(2, dtype=torch.int64, device="cuda")
-    backend.launch(cfg, mode, *prob.args(), out, None, records, path_stats=stats)
-    fast, canonical = stats.tolist()
+    fast, canonical = launch_counted(backend, prob, cfg, mode, out, records)
     ref = reference(prob, cfg)
     assert compare_to_reference(out, ref) == []
     assert fast + canonical == i8_stages(prob, cfg, inst, mode), (fast, canonical)
@@ -175,9 +181,7 @@ def test_i8_weight_range(spread, pair):
     cfg = config(prob, pair, "free")
     backend, inst = instance_of(pair)
     out = torch.full((prob.rows + 1, cfg.max_seq_len + 3), POISON, device="cuda")
-    stats = torch.zeros(2, dtype=torch.int64, device="cuda")
-    backend.launch(cfg, "free", *prob.args(), out, None, None, path_stats=stats)
-    fast, canonical = stats.tolist()
+    fast, canonical = launch_counted(backend, prob, cfg, "free", out)
     ref = reference(prob, cfg)
     assert compare_to_reference(out, ref) == []
     assert_untouched_outside(out, ref, prob.live_rows)
@@ -217,10 +221,8 @@ def test_i8_modes_bitwise_on_mixed_stages(pair):
     # the data does mix the paths (else the comparison proves nothing)
     cfg = config(prob, pair, "free")
     backend, inst = instance_of(pair)
-    stats = torch.zeros(2, dtype=torch.int64, device="cuda")
     out = torch.full_like(outs["free"], POISON)
-    backend.launch(cfg, "free", *prob.args(), out, None, None, path_stats=stats)
-    fast, canonical = stats.tolist()
+    fast, canonical = launch_counted(backend, prob, cfg, "free", out)
     assert fast > 0 and canonical > 0, (fast, canonical)
     assert fast + canonical == i8_stages(prob, cfg, inst, "free"), (fast, canonical)
     assert torch.equal(out, outs["free"])
