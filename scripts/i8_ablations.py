@@ -205,26 +205,26 @@ struct WgmmaI8<128, KEY_U8> {
 
 #undef OPUS_IGMMA0_BOTH
 """
-# four consumer warpgroups of 112 registers (SERIAL in kernel_sm90_i8.cuh), 20 warps and no split
-# body: ids 32 (one row), 34 (two rows), 35 (four rows), all at 64 heads
-EDITS["cons4"] = [("kernels.cu", "  static constexpr bool split = WARPS == 20;\n", "  static constexpr bool split = false;\n"),
-                  ("registry.h", "  X(17, sm90_i8_r2w12,     sm90,   i8,   2, 12, 64, 4, 1, 0xF)                 \\\n",
-                   "  X(17, sm90_i8_r2w12,     sm90,   i8,   2, 12, 64, 4, 1, 0xF)                 \\\n"
-                   "  X(34, sm90_i8_r2w20,     sm90,   i8,   2, 20, 64, 4, 1, 0x4)                 \\\n"
-                   "  X(35, sm90_i8_r4w20,     sm90,   i8,   4, 20, 64, 4, 1, 0x4)                 \\\n")]
+# the fast stage as a rolled loop of two spans of two M blocks (half the unrolled code; the
+# wgmma pipeline drains once more a stage): what the instruction fetch costs
+EDITS["span2"] = [("constexpr int kI8FastSpan = 4;\n", "constexpr int kI8FastSpan = 2;\n")]
+# the relu as an FMNMX on the integer's bits read as a float (ALU pipe) instead of FMUL.SAT (FP32
+# pipe): the products come out 2^127 too small (wrong logits, timing only): what the FP32 pipe's
+# share of the epilogue costs beside the tensor core
+EDITS["fmnmx"] = [("""    asm("mul.rn.sat.f32 %0, %1, 0f7F000000;" : "=f"(y) : "f"(__int_as_float(i)));\n""",
+                   """    asm("max.f32 %0, %1, 0f00000000;" : "=f"(y) : "f"(__int_as_float(i)));\n""")]
 EDITS["nc128"] = [("  static constexpr int NC = N < 64 ? N : 64;       // columns of one wgmma\n",
                    "  static constexpr int NC = N < 128 ? N : 128;     // columns of one wgmma\n"),
                   ("sm90_ptx.cuh", "#undef OPUS_IGMMA0_BOTH\n", _W128)]
 COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
-          "nomemnovote": ["nomem", "novote"],
+          "nomemnovote": ["nomem", "novote"], "span2fmnmx": ["span2", "fmnmx"],
           "splitr2signed": ["splitr2", "signedss"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
           17: ["2 64 32768", "2 16 32768"], 33: ["2 64 32768", "2 16 32768"],
-          32: ["1 64 65536", "1 64 32768"], 34: ["2 64 32768", "2 16 32768"], 18: ["4 64 32768"],
-          35: ["4 64 32768"]}
+          32: ["1 64 65536", "1 64 32768"]}
 
 
 def trimmed_registry(text: str, ids: list[int]) -> str:

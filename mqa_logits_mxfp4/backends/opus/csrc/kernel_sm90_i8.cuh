@@ -58,6 +58,8 @@ constexpr int kI8Lo = 8, kI8Hi = 240;
 constexpr int kI8PairHi = 368;
 constexpr int kI8WeightKey = 225;
 constexpr int kI8WExpLo = -100, kI8WExpHi = 92;
+// M blocks of a fast stage's unrolled span (I8Consumer::fast_stage): the whole stage (4).
+constexpr int kI8FastSpan = 4;
 
 // The dynamic shared memory (every extern __shared__ array starts there): I8Smem.
 extern __shared__ __align__(128) unsigned char i8_smem[];
@@ -91,8 +93,7 @@ struct I8Shape {
   // A ring a consumer: deep enough to cover a block-table read plus a DRAM round trip at the
   // bandwidth floor (three consumers' rings must fit 227 KB): 768 keys (CONS 3), 1024 (CONS 2)
   // SPLIT: 512 keys a converter, the tile ring behind it holding two more stages.
-  // Four consumers (SERIAL): 512 keys each.
-  static constexpr int STAGES = SPLIT ? 2 : (CONS == 4 ? 512 : CONS == 3 ? 768 : 1024) / KEYS;
+  static constexpr int STAGES = SPLIT ? 2 : (CONS == 3 ? 768 : 1024) / KEYS;
   static constexpr int TILE_SLOTS = 2;             // SPLIT: converted stages a consumer pair holds
   static constexpr int TILE_BYTES = KEYS * 128;    // SPLIT: M block mb's k-slice j at mb * 8192 + j * 2048
   static_assert(KEYS % kBlockN == 0 && (MB & (MB - 1)) == 0 && MB >= 2, "a stage: 2, 4, ... whole tiles");
@@ -108,19 +109,13 @@ struct I8Shape {
   static constexpr bool W_IN_REGS = N <= 64 || (N <= 128 && CONS <= 2);
   static_assert(H % 16 == 0 && H <= 128 && N <= 256, "heads 16..128, rows x heads <= 256");
   static_assert(H <= NC || H == 2 * NC, "a row spans at most two chunks");
-  static_assert(CONS >= 1 && CONS <= 4, "one producer warp a consumer warpgroup");
-  // SERIAL: four consumer warpgroups of 112 registers, each running a fast unit's wgmma, wait and
-  // epilogue in order with one accumulator and one M block's A fragments; the overlap of one
-  // warpgroup's epilogue with another's wgmma comes from the four warps a scheduler holds
-  // (docs/perf-notes.md, twelfth session). Fewer consumers overlap inside a warp instead: two
-  // accumulators and two M blocks' fragments.
-  static constexpr bool SERIAL = CONS == 4 && !SPLIT;
+  static_assert(CONS >= 1 && CONS <= 3, "one producer warp a consumer warpgroup");
   // Registers a thread after the reallocation: the producers give theirs to the consumers. The
   // CTA's pool is what it launched with, THREADS x the launch bound's per-thread count (a
   // multiple of 8); asking for more than the pool holds blocks the consumers' setmaxnreg forever.
   static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8;
-  static constexpr int PRODUCER_REGS = SPLIT || CONS >= 3 ? 24 : 56;
-  static constexpr int CONSUMER_REGS = SPLIT ? 152 : CONS == 1 ? 240 : CONS == 2 ? 224 : CONS == 3 ? 160 : 112;
+  static constexpr int PRODUCER_REGS = SPLIT || CONS == 3 ? 24 : 56;
+  static constexpr int CONSUMER_REGS = SPLIT ? 152 : CONS == 1 ? 240 : CONS == 2 ? 224 : 160;
   static constexpr int CONVERTER_REGS = SPLIT ? 72 : 0;
   static_assert(128 * PRODUCER_REGS + CT * CONSUMER_REGS + 128 * CONS * CONVERTER_REGS <= THREADS * LAUNCH_REGS,
                 "register pool");
@@ -579,8 +574,8 @@ struct I8Consumer {
   // operand's offset in I8Smem and the dynamic shared memory's place in the CTA's window
   // (kI8SmemBase, which the kernel checks at entry). From the symbol's address instead, ptxas
   // computed every descriptor of every stage again (address arithmetic, then two R2UR a wgmma).
-  static OPUS_DEV constexpr uint64_t b_desc(int j, int ch, int nc = S::NC) {
-    return smem_desc_at(kI8SmemBase + uint32_t(offsetof(Sm, qb) + j * (S::N * 32) + ch * (nc / 8) * 256), 128, 256);
+  static OPUS_DEV constexpr uint64_t b_desc(int j, int ch) {
+    return smem_desc_at(kI8SmemBase + uint32_t(offsetof(Sm, qb) + j * (S::N * 32) + ch * (S::NC / 8) * 256), 128, 256);
   }
 
   // Keys of this thread in M block mb: rows g (k = 0) and g + 8 (k = 1) of the warp's 16.
@@ -625,11 +620,11 @@ struct I8Consumer {
     }
   }
 
-  // Canonical path: the signed key operand against the query's four k-slices (chunk ch of NC columns).
+  // Canonical path: the signed key operand against the query's four k-slices.
   template <int NC>
   OPUS_DEV void mma_chunk(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) WgmmaI8<NC>::run(acc, a[j], b_desc(j, ch, NC), j > 0);
+    for (int j = 0; j < 4; ++j) WgmmaI8<NC>::run(acc, a[j], b_desc(j, ch), j > 0);
   }
   // Fast path: the bias slice first (it starts the accumulator at -64 * the column's operand
   // sum), then the biased key operand against the four k-slices: the exact dot product.
@@ -655,11 +650,11 @@ struct I8Consumer {
 
   // Waits until at most PENDING committed wgmma groups are in flight, then pins `a`, the
   // accumulator of one that has retired, so no read of it moves above the wait.
-  template <int PENDING, int N>
-  static OPUS_DEV void retired(int32_t (&a)[N]) {
+  template <int PENDING>
+  static OPUS_DEV void retired(int32_t (&a)[S::ACC]) {
     wgmma_wait<PENDING>();
 #pragma unroll
-    for (int i = 0; i < N; ++i) pin(a[i]);
+    for (int i = 0; i < S::ACC; ++i) pin(a[i]);
   }
 
   // ---- the fast path, one unit (an M block's 64 keys x one chunk of NC columns) at a time.
@@ -671,9 +666,8 @@ struct I8Consumer {
   // the stage loop makes ptxas serialize every wgmma of the kernel (C7514/C7518).
   static constexpr int UNITS = S::MB * S::CHUNKS;
   static constexpr int RPC = S::NC >= H ? S::NC / H : 1;  // rows a chunk ends (H = 2 NC: one)
-  static constexpr int BUFS = S::SERIAL ? 1 : 2;  // accumulators and A fragment sets a thread holds
-  int32_t acc[BUFS][S::ACC];
-  uint32_t afr[BUFS][4][4];
+  int32_t acc[2][S::ACC];
+  uint32_t afr[2][4][4];
   float first_chunk[2];          // H = 2 NC: the row's first-chunk sums of keys g, g + 8
 
   // relu(I) * 2^-22 in one FMA-pipe instruction: I's bits read as a float are I * 2^-149 (a
@@ -740,7 +734,7 @@ struct I8Consumer {
   // holds a row's first chunk only (H = 2 NC: kept in first_chunk, stored with the second).
   OPUS_DEV bool unit_rows(int u, const float (&wv)[S::NT][2], float (&rs)[RPC][2]) {
     const int ch = u % S::CHUNKS;
-    unit_sums(acc[u % BUFS], wv, rs);
+    unit_sums(acc[u & 1], wv, rs);
     if constexpr (H == 2 * S::NC) {
       if ((ch & 1) == 0) {
         first_chunk[0] = rs[0][0];
@@ -752,9 +746,9 @@ struct I8Consumer {
     }
     return true;
   }
-  // Unit u's stores (the quad's reduction, then lanes t = 0, 1 store).
-  OPUS_DEV void store_unit(int u, const float (&rs)[RPC][2], int n0, float scale) const {
-    const int mb = u / S::CHUNKS, ch = u % S::CHUNKS;
+  // Unit u's stores (the quad's reduction, then lanes t = 0, 1 store); u counts from M block mb0.
+  OPUS_DEV void store_unit(int u, const float (&rs)[RPC][2], int n0, float scale, int mb0 = 0) const {
+    const int mb = mb0 + u / S::CHUNKS, ch = u % S::CHUNKS;
 #pragma unroll
     for (int lr = 0; lr < RPC; ++lr) store_row(H >= S::NC ? ch * S::NC / H : ch * RPC + lr, rs[lr], n0, mb, scale);
   }
@@ -763,32 +757,59 @@ struct I8Consumer {
   // factor[v]: the block offsets from the smallest scale byte (one byte each) and 2^(kmin - 129)
   // of this lane's v-th judged key, handed to the quad lanes that convert and store it. Each later
   // M block's bytes are read just before its conversion, and the stage is released after the
-  // last one's read. A unit's sums are stored in the next unit's segment (ptxas interleaves the
-  // store's shuffles with that unit's conversion), the last two units' after the stage's last
-  // wgmma wait, together (stored before it, the third unit's shuffles had nothing to overlap).
+  // last one's read. The stage runs as spans of SPAN M blocks (kI8FastSpan): a span's units are
+  // unrolled, the spans a rolled loop, and each span drains its wgmma before the next (a wgmma in
+  // flight across a loop's edge makes ptxas serialize every wgmma of the kernel: C7514/C7518).
+  static constexpr int SPAN = kI8FastSpan;
+  static_assert(SPAN % 2 == 0 && S::MB % SPAN == 0, "spans of whole pairs of M blocks");
   OPUS_DEV void fast_stage(const uint8_t* raw_base, uint4 (&raw)[2], const uint32_t (&offsets)[S::VK],
                            const float (&factor)[S::VK], int n0, uint64_t* empty) {
+    if constexpr (SPAN == S::MB) {
+      fast_span(0, raw_base, raw, offsets, factor, n0, empty);
+    } else {
+#pragma unroll 1
+      for (int sp = 0; sp < S::MB / SPAN; ++sp) fast_span(sp, raw_base, raw, offsets, factor, n0, empty);
+    }
+  }
+  // v[i] for a runtime i (selects: a register array indexed at run time goes to local memory)
+  template <class T, int N>
+  static OPUS_DEV T pick(const T (&v)[N], int i) {
+    T r = v[0];
+#pragma unroll
+    for (int j = 1; j < N; ++j) r = i == j ? v[j] : r;
+    return r;
+  }
+
+  // Span sp: M blocks SPAN sp .. SPAN sp + SPAN - 1, one unit (an M block x a chunk) at a time. A
+  // unit's sums are stored in the next unit's segment (ptxas interleaves the store's shuffles
+  // with that unit's conversion), the last two units' after the span's last wgmma wait, together
+  // (stored before it, the third unit's shuffles had nothing to overlap).
+  OPUS_DEV void fast_span(int sp, const uint8_t* raw_base, uint4 (&raw)[2], const uint32_t (&offsets)[S::VK],
+                          const float (&factor)[S::VK], int n0, uint64_t* empty) {
+    constexpr int U = SPAN * S::CHUNKS;  // units of a span
+    const int mb0 = SPAN * sp;           // 0 when the span is the whole stage
     float scale[2] = {0.0f, 0.0f};  // M block mb's in scale[mb & 1]: the factor of the key this lane stores
     float pend[RPC][2];
     bool pending = false;  // a compile-time fact of each unrolled unit
     int pend_u = 0;
 #pragma unroll
-    for (int u = 0; u < UNITS; ++u) {
-      const int mb = u / S::CHUNKS, ch = u % S::CHUNKS;
+    for (int u = 0; u < U; ++u) {
+      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1
       const float pend_scale = scale[(pend_u / S::CHUNKS) & 1];  // before this unit's M block takes its slot
       if (ch == 0) {
+        const uint32_t off = pick(offsets, mb >> 1);
         int d[2];
 #pragma unroll
         for (int k = 0; k < 2; ++k)  // block t's offset: 0..2 on every scored key
-          d[k] = int(quad_get(offsets[mb >> 1], judge(mb, k)) >> (8 * t)) & 3;
-        scale[mb & 1] = quad_get(factor[mb >> 1], judge(mb, t & 1));  // the key this lane stores
-        if (mb > 0) load_raw(raw_base, mb, raw);
+          d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;
+        scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));  // the key this lane stores
+        if (SPAN == S::MB ? ml > 0 : mb > 0) load_raw(raw_base, mb, raw);
         if (mb == S::MB - 1) release(empty);  // the stage's last read
-        convert_fast(raw[0], raw[1], d[0], d[1], afr[mb & 1]);
+        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);
       }
-      if (pending) store_unit(pend_u, pend, n0, pend_scale);
+      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);
       wgmma_fence();
-      mma_chunk_fast<S::NC>(acc[u & 1], afr[mb & 1], ch);
+      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);
       wgmma_commit();
       if (u > 0) {
         float wv[S::NT][2];
@@ -799,43 +820,11 @@ struct I8Consumer {
       }
     }
     float wv[S::NT][2];
-    unit_weights((UNITS - 1) % S::CHUNKS, wv);
-    retired<0>(acc[(UNITS - 1) & 1]);
-    if (pending) store_unit(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1]);
+    unit_weights((U - 1) % S::CHUNKS, wv);
+    retired<0>(acc[(U - 1) & 1]);
+    if (pending) store_unit(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1], mb0);
     float rs[RPC][2];
-    if (unit_rows(UNITS - 1, wv, rs)) store_unit(UNITS - 1, rs, n0, scale[(S::MB - 1) & 1]);
-  }
-
-  // SERIAL: the fast path of a stage, one unit after another: convert (a unit that starts an M
-  // block), wgmma, wait, epilogue and stores. The next M block's bytes are read while the last
-  // unit of this one runs its wgmma (raw is free once converted), and the stage is released
-  // after the last read.
-  OPUS_DEV void fast_stage_serial(const uint8_t* raw_base, uint4 (&raw)[2], const uint32_t (&offsets)[S::VK],
-                                  const float (&factor)[S::VK], int n0, uint64_t* empty) {
-    float scale = 0.0f;  // the factor of the key this lane stores, of the current M block
-#pragma unroll
-    for (int u = 0; u < UNITS; ++u) {
-      const int mb = u / S::CHUNKS, ch = u % S::CHUNKS;
-      if (ch == 0) {
-        int d[2];
-#pragma unroll
-        for (int k = 0; k < 2; ++k) d[k] = int(quad_get(offsets[mb >> 1], judge(mb, k)) >> (8 * t)) & 3;
-        scale = quad_get(factor[mb >> 1], judge(mb, t & 1));
-        convert_fast(raw[0], raw[1], d[0], d[1], afr[0]);
-      }
-      wgmma_fence();
-      mma_chunk_fast<S::NC>(acc[0], afr[0], ch);
-      wgmma_commit();
-      if (ch == S::CHUNKS - 1 && mb + 1 < S::MB) {
-        load_raw(raw_base, mb + 1, raw);
-        if (mb + 1 == S::MB - 1) release(empty);  // the stage's last read
-      }
-      float wv[S::NT][2];
-      unit_weights(ch, wv);
-      retired<0>(acc[0]);
-      float rs[RPC][2];
-      if (unit_rows(u, wv, rs)) store_unit(u, rs, n0, scale);
-    }
+    if (unit_rows(U - 1, wv, rs)) store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);
   }
 
   // SPLIT: the fast path of a stage on the tile the pair's converter wrote. Unit u's wgmma is
@@ -903,12 +892,7 @@ struct I8Consumer {
   }
 
   // Canonical path of one M block: one block at a time (the other blocks' key lanes zeroed),
-  // then docs/numerics.md steps 2-5 in order. SERIAL: in chunks of 32 columns (the block sums and
-  // the row's running sums of 64 columns did not fit 112 registers: ptxas serialized every wgmma
-  // of the kernel); the cells' arithmetic is the same whatever the chunk.
-  static constexpr int CNC = S::SERIAL && S::NC == 64 ? 32 : S::NC;  // columns of a canonical wgmma
-  static constexpr int CCHUNKS = S::N / CNC, CACC = CNC / 2, CNT = CNC / 8;
-  static_assert(H <= CNC || H == 2 * CNC, "a row spans at most two canonical chunks");
+  // then docs/numerics.md steps 2-5 in order.
   OPUS_DEV void canonical_mb(const uint32_t (&a)[4][4], uint32_t sc0, uint32_t sc1, int n0, int mb) {
     float sk[2][kScaleBlocks];
 #pragma unroll
@@ -916,10 +900,10 @@ struct I8Consumer {
       sk[0][b] = e8m0_to_f32(uint32_t(byte_of(sc0, b)));
       sk[1][b] = e8m0_to_f32(uint32_t(byte_of(sc1, b)));
     }
-    float keep[CACC];  // H = 2 NC: the relu'd block sums of the row's first chunk
+    float keep[S::ACC];  // H = 2 NC: the relu'd block sums of the row's first chunk
 #pragma unroll  // a rolled loop around wgmma makes ptxas serialize every wgmma (C7520)
-    for (int ch = 0; ch < CCHUNKS; ++ch) {
-      float s[CACC];
+    for (int ch = 0; ch < S::CHUNKS; ++ch) {
+      float s[S::ACC];
 #pragma unroll
       for (int b = 0; b < kScaleBlocks; ++b) {
         uint32_t am[4][4];  // not SPLIT: block b is lane t = b's, the other lanes zeroed
@@ -928,17 +912,17 @@ struct I8Consumer {
         for (int j = 0; j < 4; ++j)
 #pragma unroll
           for (int k = 0; k < 4; ++k) am[j][k] = a[j][k] & mask;
-        int32_t blk[CACC];
+        int32_t blk[S::ACC];
         wgmma_fence();
         if constexpr (SPLIT)
-          WgmmaI8<CNC>::start(blk, a[b], b_desc(b, ch, CNC));  // block b is k-slice b of the SPLIT order
+          WgmmaI8<S::NC>::start(blk, a[b], b_desc(b, ch));  // block b is k-slice b of the SPLIT order
         else
-          mma_chunk<CNC>(blk, am, ch);
+          mma_chunk<S::NC>(blk, am, ch);
         wgmma_commit();
         retired<0>(blk);
 #pragma unroll
-        for (int i = 0; i < CNT; ++i) {
-          const int col = ch * CNC + 8 * i + 2 * t;
+        for (int i = 0; i < S::NT; ++i) {
+          const int col = ch * S::NC + 8 * i + 2 * t;
           const float2 u = *reinterpret_cast<const float2*>(&sm.uq[b][col]);
           const float2 q = *reinterpret_cast<const float2*>(&sm.sq[b][col]);
 #pragma unroll
@@ -953,18 +937,18 @@ struct I8Consumer {
         }
       }
 #pragma unroll
-      for (int i = 0; i < CACC; ++i) s[i] = relu_nan(s[i]);
-      if constexpr (H == 2 * CNC) {
+      for (int i = 0; i < S::ACC; ++i) s[i] = relu_nan(s[i]);
+      if constexpr (H == 2 * S::NC) {
         if ((ch & 1) == 0) {
 #pragma unroll
-          for (int i = 0; i < CACC; ++i) keep[i] = s[i];
+          for (int i = 0; i < S::ACC; ++i) keep[i] = s[i];
           continue;
         }
       }
-      constexpr int ROWS_HERE = H <= CNC ? CNC / H : 1;  // rows that end in this chunk
+      constexpr int ROWS_HERE = H <= S::NC ? S::NC / H : 1;  // rows that end in this chunk
 #pragma unroll
       for (int rr = 0; rr < ROWS_HERE; ++rr) {
-        const int r = H <= CNC ? (ch * CNC) / H + rr : ch / 2;
+        const int r = H <= S::NC ? (ch * S::NC) / H + rr : ch / 2;
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
           float x[H / 8][2];
@@ -972,11 +956,11 @@ struct I8Consumer {
           for (int i = 0; i < H / 8; ++i)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              if constexpr (H <= CNC) {
+              if constexpr (H <= S::NC) {
                 x[i][e] = s[4 * (rr * (H / 8) + i) + 2 * kk + e];
               } else {
-                const int il = i % CNT;
-                x[i][e] = i < CNT ? keep[4 * il + 2 * kk + e] : s[4 * il + 2 * kk + e];
+                const int il = i % S::NT;
+                x[i][e] = i < S::NT ? keep[4 * il + 2 * kk + e] : s[4 * il + 2 * kk + e];
               }
             }
           const float val = head_tree(x, r);
@@ -1073,10 +1057,7 @@ struct I8Consumer {
         factor[v] = i8_key_factor(my_kmin[v]);
       }
       stage_stores(n0);
-      if constexpr (S::SERIAL)
-        fast_stage_serial(raw_base, raw, offsets, factor, n0, empty);
-      else
-        fast_stage(raw_base, raw, offsets, factor, n0, empty);
+      fast_stage(raw_base, raw, offsets, factor, n0, empty);
     } else {
       canonical_stage(st, raw_base, raw, n0, empty);
     }
