@@ -51,13 +51,16 @@ namespace sm90 {
 // keys and the group's heads,
 // kmax + qmax <= kI8PairHi (no canonical block term can overflow) and kmax + log2 max|w'| <=
 // kI8WeightKey (no canonical or fast partial sum can); every live weight is finite and its
-// w' = w * 2^(qmin - 127) is zero or within [2^-100, 2^92].
+// w' = w * 2^(qmin - 127) is zero or within [2^-100, 2^92], and the binary exponents of the
+// group's nonzero |w'| lie within kI8WeightSpread of each other (the fast epilogue's products,
+// scaled by 2^-(G + 22) for the largest exponent G, stay normal: I8Consumer::relu_bits).
 constexpr int kI8KeySpread = 2;    // the biased key bytes (i8_encode.h) hold shifts 0..2
 constexpr int kI8QuerySpread = 3;  // the signed query bytes hold shifts 0..3
 constexpr int kI8Lo = 8, kI8Hi = 240;
 constexpr int kI8PairHi = 368;
 constexpr int kI8WeightKey = 225;
 constexpr int kI8WExpLo = -100, kI8WExpHi = 92;
+constexpr int kI8WeightSpread = 104;
 // M blocks of a fast stage's unrolled span (I8Consumer::fast_stage): the whole stage (4).
 constexpr int kI8FastSpan = 4;
 
@@ -169,13 +172,13 @@ struct I8Smem {
   // block j; lane t holds word t of each block). Slice 4 (fast groups): the key bias's
   // correction, against the constant key operand bias_operand() names.
   alignas(128) uint8_t qb[(kScaleBlocks + 1) * S::N * 32];
-  float wfast[S::N];                  // fast path: w * 2^(qmin - 127 + 22) (0 for dead rows)
+  float wfast[S::N];                  // fast path: w' = w * 2^(qmin - 127), then w' * 2^(127 - G) (0 for dead rows)
   float w[S::N];                      // canonical path: the weight
   float sq[kScaleBlocks][S::N];       // 2^(eq_b - 127)
   float uq[kScaleBlocks][S::N];       // 2^-(shift_b + 2): back from the operand's integers to E2M1
   uint32_t qscale[S::N];              // the column's four scale bytes (pass 2 reads them)
   char* optr[R];                      // each row's key 0 in out
-  int red[CONS * 4][2];               // per consumer warp: largest qmax, largest exponent of |w'|
+  int red[CONS * 4][3];               // per consumer warp: largest qmax, largest and smallest exponent of |w'|
   I8Table tables[4];                  // shift 0..3: queries, and keys on the canonical path
   I8Table ktables[4];                 // shift 0..3: keys on the fast path (biased; 3 for keys nobody reads)
   uint64_t full[CONS][S::STAGES];
@@ -407,10 +410,11 @@ struct I8Consumer {
   float wreg[S::W_IN_REGS ? S::N / 4 : 1];
 
   // Group setup, pass 1: per column its scales, weights and fast verdict; returns the column's.
-  OPUS_DEV bool setup_columns(int& qmax_hi, int& wexp_hi) {
+  OPUS_DEV bool setup_columns(int& qmax_hi, int& wexp_hi, int& wexp_lo) {
     bool ok = true;
     qmax_hi = 0;
     wexp_hi = -127;
+    wexp_lo = 127;
 #pragma unroll 1
     for (int n = ct; n < S::N; n += S::CT) {
       const int r = n / H, h = n % H, row = r0 + r;
@@ -427,14 +431,30 @@ struct I8Consumer {
       if (live) {
         qmax_hi = imax(qmax_hi, qmax);
         wexp_hi = imax(wexp_hi, wf == 0.0f ? -127 : wexp);
+        wexp_lo = imin(wexp_lo, wf == 0.0f ? 127 : wexp);
       }
       sm.qscale[n] = qs;
       sm.w[n] = wv;
-      sm.wfast[n] = wf * 4194304.0f;  // 2^22: the relu hands back relu(I) * 2^-22 (exact either way)
+      sm.wfast[n] = wf;  // scaled by the group's exponent once it is known (scale_weights)
 #pragma unroll
       for (int b = 0; b < kScaleBlocks; ++b) sm.sq[b][n] = e8m0_to_f32(uint32_t(byte_of(qs, b)));
     }
     return ok;
+  }
+
+  // The fast epilogue's weights and store factor for the group's largest |w'| exponent G (-127:
+  // no nonzero weight): each thread's columns of setup_columns get w' * 2^(127 - G) -- the
+  // exponent field moved, exact, below 2^128 -- and gscale = 2^(G + 22) takes the head sums back
+  // (relu_bits). A fast group's exponents lie in [kI8WExpLo, kI8WExpHi].
+  float gscale = 1.0f;
+  OPUS_DEV void scale_weights(int wexp_g) {
+    const int g = wexp_g < kI8WExpLo ? 0 : wexp_g;
+#pragma unroll 1
+    for (int n = ct; n < S::N; n += S::CT) {
+      const float w = sm.wfast[n];
+      sm.wfast[n] = w == 0.0f ? 0.0f : __int_as_float(__float_as_int(w) + ((127 - g) << 23));
+    }
+    gscale = __int_as_float((127 + g + 22) << 23);
   }
 
   // Column n's bias slice (i8_bias_slice: 32 bytes against the constant key operand), written
@@ -527,16 +547,18 @@ struct I8Consumer {
       sm.keys[c].vbeg = gbeg;
       sm.keys[c].vend = gend;
     }
-    int qmax_hi, wexp_hi;
-    const bool mine = setup_columns(qmax_hi, wexp_hi);
+    int qmax_hi, wexp_hi, wexp_lo;
+    const bool mine = setup_columns(qmax_hi, wexp_hi, wexp_lo);
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) {
       qmax_hi = imax(qmax_hi, warp_xor(qmax_hi, m));
       wexp_hi = imax(wexp_hi, warp_xor(wexp_hi, m));
+      wexp_lo = imin(wexp_lo, warp_xor(wexp_lo, m));
     }
     if (lane == 0) {
       sm.red[ct >> 5][0] = qmax_hi;
       sm.red[ct >> 5][1] = wexp_hi;
+      sm.red[ct >> 5][2] = wexp_lo;
     }
     if (wr < R) {
       const int b = imax(wbeg, kbeg);  // stores stay inside the piece's own tiles
@@ -544,14 +566,17 @@ struct I8Consumer {
       sm.keys[c].rlen[wr] = imax(imin(wend, kend) - b, 0);
     }
     if (ct < R) sm.optr[ct] = static_cast<char*>(args.out) + wbase * kOutBytes<NARROW>;
-    const bool fast = bar_and(1, S::CT, mine);
-    int qmax_g = 0, wexp_g = -127;
+    const bool cols_fast = bar_and(1, S::CT, mine);
+    int qmax_g = 0, wexp_g = -127, wlo_g = 127;
 #pragma unroll
     for (int i = 0; i < CONS * 4; ++i) {
       qmax_g = imax(qmax_g, sm.red[i][0]);
       wexp_g = imax(wexp_g, sm.red[i][1]);
+      wlo_g = imin(wlo_g, sm.red[i][2]);
     }
+    const bool fast = cols_fast && wexp_g - wlo_g <= kI8WeightSpread;  // uniform
     khi = fast ? imin(kI8Hi, imin(kI8PairHi - qmax_g, kI8WeightKey - wexp_g)) : 0;
+    if (fast) scale_weights(wexp_g);
     if (wr == 0) sm.keys[c].khi = khi;  // read back each stage (the last barrier below orders it)
     setup_operand(fast, words);
     fence_async_smem();
@@ -670,12 +695,17 @@ struct I8Consumer {
   uint32_t afr[2][4][4];
   float first_chunk[2];          // H = 2 NC: the row's first-chunk sums of keys g, g + 8
 
-  // relu(I) * 2^-22 in one FMA-pipe instruction: I's bits read as a float are I * 2^-149 (a
-  // subnormal) for 0 <= I < 2^23 and a NaN for I < 0; times 2^127 that is I * 2^-22, exact and
-  // below 1 (|I| < 2^21), and the saturation sends the NaN to +0 and keeps the rest.
-  static OPUS_DEV float relu_scaled(int32_t i) {
+  // relu(I) * 2^-149 in one ALU instruction: I's bits read as a float are I * 2^-149 (a
+  // subnormal) for 0 <= I < 2^23 and a NaN for I < 0 (|I| < 2^21), and the max with +0 returns
+  // the other operand for a NaN. The weights carry 2^(127 - G) (scale_weights), so a product is
+  // I * w' * 2^-(G + 22): at least 2^-126 (a normal number, rounded as the unscaled product
+  // would be) while the group's |w'| exponents lie within kI8WeightSpread = 104 of G; the sums
+  // are the unscaled ones times the same power of two, and the stores multiply by 2^(G + 22).
+  // (An FMUL.SAT by 2^127 did the same on the FP32 pipe, whose instructions the tensor core
+  // waits for: docs/perf-notes.md, twelfth session.)
+  static OPUS_DEV float relu_bits(int32_t i) {
     float y;
-    asm("mul.rn.sat.f32 %0, %1, 0f7F000000;" : "=f"(y) : "f"(__int_as_float(i)));
+    asm("max.f32 %0, %1, 0f00000000;" : "=f"(y) : "f"(__int_as_float(i)));
     return y;
   }
 
@@ -712,7 +742,7 @@ struct I8Consumer {
       for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
-          part[lr][kk][e] = fmaf(relu_scaled(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);
+          part[lr][kk][e] = fmaf(relu_bits(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);
     }
 #pragma unroll
     for (int r = 0; r < RPC; ++r)
@@ -727,7 +757,7 @@ struct I8Consumer {
     float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));
     v = fadd_rn(v, warp_xor(v, 2));
     const int n = n0 + key_of(mb, k_own ? 1 : 0);
-    if (store_mask >> (r * S::MB + mb) & 1u) store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));
+    if (store_mask >> (r * S::MB + mb) & 1u) store_key<NARROW>(args, row_out(r), n, fmul_rn(fmul_rn(v, gscale), scale));
   }
 
   // The epilogue of unit u (its wgmma has retired): its rows' sums into rs; false when the unit
