@@ -35,9 +35,9 @@ NVCC = ["nvcc", "-std=c++17", "-O3", "--fmad=false", "-gencode=arch=compute_90a,
 EDITS = {
     # the epilogue's float work as integer multiply-adds on the same bits (wrong logits; what the
     # FP32 instructions' collisions with the tensor core cost): one IMAD a cell, or two
-    "iepi1": [("        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = fmaf(relu_scaled(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);\n",
+    "iepi1": [("        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = fmaf(relu_cell(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);\n",
                "        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = __int_as_float(ac[4 * i + 2 * kk + e] * __float_as_int(wv[i][e]) + __float_as_int(part[lr][kk][e]));\n")],
-    "iepi2": [("        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = fmaf(relu_scaled(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);\n",
+    "iepi2": [("        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = fmaf(relu_cell(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);\n",
                "        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = __int_as_float((ac[4 * i + 2 * kk + e] * __float_as_int(wv[i][e]) + 7) * __float_as_int(wv[i][e ^ 1]) + __float_as_int(part[lr][kk][e]));\n")],
     # the rows' out pointers from shared memory at R = 2 too (r2w16 spilled them: 8 LDL.64 a stage)
     "rowsmem": [("  static constexpr bool ROWS_IN_REGS = R <= 2;\n", "  static constexpr bool ROWS_IN_REGS = R <= 1;\n")],
@@ -55,7 +55,7 @@ EDITS = {
     "noepi": [("  OPUS_DEV void unit_sums(const int32_t (&ac)[S::ACC], const float (&wv)[S::NT][2], float (&rs)[RPC][2]) const {\n",
                "  OPUS_DEV void unit_sums(const int32_t (&ac)[S::ACC], const float (&wv)[S::NT][2], float (&rs)[RPC][2]) const {\n"
                "#pragma unroll\n    for (int r = 0; r < RPC; ++r) {\n"
-               "      rs[r][0] = relu_scaled(ac[4 * r]);\n      rs[r][1] = relu_scaled(ac[4 * r + 2]);\n    }\n"
+               "      rs[r][0] = relu_cell(ac[4 * r]);\n      rs[r][1] = relu_cell(ac[4 * r + 2]);\n    }\n"
                "    return;\n")],
     # no wgmma on the fast path: the accumulators made from the operands (the conversion stays live)
     "nomma": [("  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(",
@@ -205,21 +205,20 @@ struct WgmmaI8<128, KEY_U8> {
 
 #undef OPUS_IGMMA0_BOTH
 """
-# the fast stage as a rolled loop of two spans of two M blocks (half the unrolled code; the
-# wgmma pipeline drains once more a stage): what the instruction fetch costs
-EDITS["span2"] = [("constexpr int kI8FastSpan = 4;\n", "constexpr int kI8FastSpan = 2;\n")]
-# the relu as an FMNMX on the integer's bits read as a float (ALU pipe) instead of FMUL.SAT (FP32
-# pipe): the products come out 2^127 too small (wrong logits, timing only): what the FP32 pipe's
-# share of the epilogue costs beside the tensor core
-EDITS["fmnmx"] = [("""    asm("mul.rn.sat.f32 %0, %1, 0f7F000000;" : "=f"(y) : "f"(__int_as_float(i)));\n""",
-                   """    asm("max.f32 %0, %1, 0f00000000;" : "=f"(y) : "f"(__int_as_float(i)));\n""")]
+# the fast stage's form against the per-kernel choice (I8Shape::FAST_SPAN, RELU_ALU): every
+# kernel's stage unrolled whole / as two rolled spans of two M blocks; the relu as the
+# saturating multiply / as the max on the accumulator's bits everywhere (both exact)
+EDITS["span4"] = [("  static constexpr int FAST_SPAN = CHUNKS > 1 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = MB;\n")]
+EDITS["span2"] = [("  static constexpr int FAST_SPAN = CHUNKS > 1 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = 2;\n")]
+EDITS["relusat"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = false;\n")]
+EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = true;\n")]
 EDITS["nc128"] = [("  static constexpr int NC = N < 64 ? N : 64;       // columns of one wgmma\n",
                    "  static constexpr int NC = N < 128 ? N : 128;     // columns of one wgmma\n"),
                   ("sm90_ptx.cuh", "#undef OPUS_IGMMA0_BOTH\n", _W128)]
 COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
-          "nomemnovote": ["nomem", "novote"], "span2fmnmx": ["span2", "fmnmx"],
+          "nomemnovote": ["nomem", "novote"], "before": ["span4", "relusat"],
           "splitr2signed": ["splitr2", "signedss"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],

@@ -52,8 +52,9 @@ namespace sm90 {
 // kmax + qmax <= kI8PairHi (no canonical block term can overflow) and kmax + log2 max|w'| <=
 // kI8WeightKey (no canonical or fast partial sum can); every live weight is finite and its
 // w' = w * 2^(qmin - 127) is zero or within [2^-100, 2^92], and the binary exponents of the
-// group's nonzero |w'| lie within kI8WeightSpread of each other (the fast epilogue's products,
-// scaled by 2^-(G + 22) for the largest exponent G, stay normal: I8Consumer::relu_bits).
+// group's nonzero |w'| lie within kI8WeightSpread of each other (the products of the one-chunk
+// kernels' epilogue, scaled by 2^-(G + 22) for the largest exponent G, stay normal:
+// I8Consumer::relu_cell; one rule for every i8 kernel).
 constexpr int kI8KeySpread = 2;    // the biased key bytes (i8_encode.h) hold shifts 0..2
 constexpr int kI8QuerySpread = 3;  // the signed query bytes hold shifts 0..3
 constexpr int kI8Lo = 8, kI8Hi = 240;
@@ -61,8 +62,6 @@ constexpr int kI8PairHi = 368;
 constexpr int kI8WeightKey = 225;
 constexpr int kI8WExpLo = -100, kI8WExpHi = 92;
 constexpr int kI8WeightSpread = 104;
-// M blocks of a fast stage's unrolled span (I8Consumer::fast_stage): the whole stage (4).
-constexpr int kI8FastSpan = 4;
 
 // The dynamic shared memory (every extern __shared__ array starts there): I8Smem.
 extern __shared__ __align__(128) unsigned char i8_smem[];
@@ -113,6 +112,16 @@ struct I8Shape {
   static_assert(H % 16 == 0 && H <= 128 && N <= 256, "heads 16..128, rows x heads <= 256");
   static_assert(H <= NC || H == 2 * NC, "a row spans at most two chunks");
   static_assert(CONS >= 1 && CONS <= 3, "one producer warp a consumer warpgroup");
+  // The fast stage's form, chosen per kernel on the H200 (docs/perf-notes.md, twelfth session;
+  // ptxas lays each kernel out differently, and these moved the time more than their
+  // instructions): FAST_SPAN, the M blocks of its unrolled span, the spans a rolled loop -- two
+  // where a stage has several chunks of whole rows (half the code: r4w12 -5%, r2w12 -1 to -4%),
+  // the whole stage at one chunk (rolled, r1w16 was 9% slower) and where a row spans two chunks
+  // (128 heads: rolled, r1w12 kept local memory in its stage loop). RELU_ALU, the relu as a max on the
+  // accumulator's bits with the weights scaled by the group's exponent -- at one chunk (r1w16
+  // -5 to -9%); with several the FMUL.SAT form (the max measured 1-4% slower there).
+  static constexpr int FAST_SPAN = CHUNKS > 1 && H <= NC ? 2 : MB;
+  static constexpr bool RELU_ALU = CHUNKS == 1;
   // Registers a thread after the reallocation: the producers give theirs to the consumers. The
   // CTA's pool is what it launched with, THREADS x the launch bound's per-thread count (a
   // multiple of 8); asking for more than the pool holds blocks the consumers' setmaxnreg forever.
@@ -172,7 +181,7 @@ struct I8Smem {
   // block j; lane t holds word t of each block). Slice 4 (fast groups): the key bias's
   // correction, against the constant key operand bias_operand() names.
   alignas(128) uint8_t qb[(kScaleBlocks + 1) * S::N * 32];
-  float wfast[S::N];                  // fast path: w' = w * 2^(qmin - 127), then w' * 2^(127 - G) (0 for dead rows)
+  float wfast[S::N];                  // fast path: w' = w * 2^(qmin - 127), then scaled (scale_weights; 0 for dead rows)
   float w[S::N];                      // canonical path: the weight
   float sq[kScaleBlocks][S::N];       // 2^(eq_b - 127)
   float uq[kScaleBlocks][S::N];       // 2^-(shift_b + 2): back from the operand's integers to E2M1
@@ -442,17 +451,19 @@ struct I8Consumer {
     return ok;
   }
 
-  // The fast epilogue's weights and store factor for the group's largest |w'| exponent G (-127:
-  // no nonzero weight): each thread's columns of setup_columns get w' * 2^(127 - G) -- the
-  // exponent field moved, exact, below 2^128 -- and gscale = 2^(G + 22) takes the head sums back
-  // (relu_bits). A fast group's exponents lie in [kI8WExpLo, kI8WExpHi].
+  // The fast epilogue's weights for the group's largest |w'| exponent G (-127: no nonzero weight),
+  // in each thread's columns of setup_columns: w' * 2^(127 - G) for relu_cell's max form
+  // (RELU_ALU), w' * 2^22 for its multiply -- the exponent field moved, exact (a fast group's
+  // nonzero |w'| are normal numbers with exponents in [kI8WExpLo, kI8WExpHi]). gscale = 2^(G + 22)
+  // takes the max form's head sums back at the store.
   float gscale = 1.0f;
   OPUS_DEV void scale_weights(int wexp_g) {
     const int g = wexp_g < kI8WExpLo ? 0 : wexp_g;
+    const int shift = S::RELU_ALU ? 127 - g : 22;
 #pragma unroll 1
     for (int n = ct; n < S::N; n += S::CT) {
       const float w = sm.wfast[n];
-      sm.wfast[n] = w == 0.0f ? 0.0f : __int_as_float(__float_as_int(w) + ((127 - g) << 23));
+      sm.wfast[n] = w == 0.0f ? 0.0f : __int_as_float(__float_as_int(w) + (shift << 23));
     }
     gscale = __int_as_float((127 + g + 22) << 23);
   }
@@ -695,17 +706,23 @@ struct I8Consumer {
   uint32_t afr[2][4][4];
   float first_chunk[2];          // H = 2 NC: the row's first-chunk sums of keys g, g + 8
 
-  // relu(I) * 2^-149 in one ALU instruction: I's bits read as a float are I * 2^-149 (a
-  // subnormal) for 0 <= I < 2^23 and a NaN for I < 0 (|I| < 2^21), and the max with +0 returns
-  // the other operand for a NaN. The weights carry 2^(127 - G) (scale_weights), so a product is
-  // I * w' * 2^-(G + 22): at least 2^-126 (a normal number, rounded as the unscaled product
-  // would be) while the group's |w'| exponents lie within kI8WeightSpread = 104 of G; the sums
-  // are the unscaled ones times the same power of two, and the stores multiply by 2^(G + 22).
-  // (An FMUL.SAT by 2^127 did the same on the FP32 pipe, whose instructions the tensor core
-  // waits for: docs/perf-notes.md, twelfth session.)
-  static OPUS_DEV float relu_bits(int32_t i) {
+  // relu(I) as one instruction on the accumulator's bits, which read as a float are I * 2^-149
+  // (a subnormal) for 0 <= I < 2^23 and a NaN for I < 0 (|I| < 2^21):
+  // - RELU_ALU: the max with +0 (it returns the other operand for a NaN), I * 2^-149, against
+  //   weights carrying 2^(127 - G): a product is I * w' * 2^-(G + 22), at least 2^-126 (normal,
+  //   rounded as the unscaled product would be) while the group's |w'| exponents lie within
+  //   kI8WeightSpread = 104 of G, the sums are the unscaled ones times the same power of two
+  //   (sums of such products are multiples of 2^-149, exact when small), and the store
+  //   multiplies by gscale = 2^(G + 22);
+  // - else a saturating multiply by 2^127, I * 2^-22 (exact and below 1; the saturation sends the
+  //   NaN to +0), against weights carrying 2^22.
+  // Either way the products and sums are those of relu(I) * w', scaled by a power of two.
+  static OPUS_DEV float relu_cell(int32_t i) {
     float y;
-    asm("max.f32 %0, %1, 0f00000000;" : "=f"(y) : "f"(__int_as_float(i)));
+    if constexpr (S::RELU_ALU)
+      asm("max.f32 %0, %1, 0f00000000;" : "=f"(y) : "f"(__int_as_float(i)));
+    else
+      asm("mul.rn.sat.f32 %0, %1, 0f7F000000;" : "=f"(y) : "f"(__int_as_float(i)));
     return y;
   }
 
@@ -742,7 +759,7 @@ struct I8Consumer {
       for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
-          part[lr][kk][e] = fmaf(relu_bits(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);
+          part[lr][kk][e] = fmaf(relu_cell(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);
     }
 #pragma unroll
     for (int r = 0; r < RPC; ++r)
@@ -757,7 +774,8 @@ struct I8Consumer {
     float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));
     v = fadd_rn(v, warp_xor(v, 2));
     const int n = n0 + key_of(mb, k_own ? 1 : 0);
-    if (store_mask >> (r * S::MB + mb) & 1u) store_key<NARROW>(args, row_out(r), n, fmul_rn(fmul_rn(v, gscale), scale));
+    if constexpr (S::RELU_ALU) v = fmul_rn(v, gscale);
+    if (store_mask >> (r * S::MB + mb) & 1u) store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));
   }
 
   // The epilogue of unit u (its wgmma has retired): its rows' sums into rs; false when the unit
@@ -787,10 +805,10 @@ struct I8Consumer {
   // factor[v]: the block offsets from the smallest scale byte (one byte each) and 2^(kmin - 129)
   // of this lane's v-th judged key, handed to the quad lanes that convert and store it. Each later
   // M block's bytes are read just before its conversion, and the stage is released after the
-  // last one's read. The stage runs as spans of SPAN M blocks (kI8FastSpan): a span's units are
+  // last one's read. The stage runs as spans of SPAN M blocks (FAST_SPAN): a span's units are
   // unrolled, the spans a rolled loop, and each span drains its wgmma before the next (a wgmma in
   // flight across a loop's edge makes ptxas serialize every wgmma of the kernel: C7514/C7518).
-  static constexpr int SPAN = kI8FastSpan;
+  static constexpr int SPAN = S::FAST_SPAN;
   static_assert(SPAN % 2 == 0 && S::MB % SPAN == 0, "spans of whole pairs of M blocks");
   OPUS_DEV void fast_stage(const uint8_t* raw_base, uint4 (&raw)[2], const uint32_t (&offsets)[S::VK],
                            const float (&factor)[S::VK], int n0, uint64_t* empty) {
