@@ -208,8 +208,8 @@ struct WgmmaI8<128, KEY_U8> {
 # the fast stage's form against the per-kernel choice (I8Shape::FAST_SPAN, RELU_ALU): every
 # kernel's stage unrolled whole / as two rolled spans of two M blocks; the relu as the
 # saturating multiply / as the max on the accumulator's bits everywhere (both exact)
-EDITS["span4"] = [("  static constexpr int FAST_SPAN = CHUNKS > 1 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = MB;\n")]
-EDITS["span2"] = [("  static constexpr int FAST_SPAN = CHUNKS > 1 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = 2;\n")]
+EDITS["span4"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = MB;\n")]
+EDITS["span2"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = 2;\n")]
 EDITS["relusat"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = false;\n")]
 EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = true;\n")]
 EDITS["nc128"] = [("  static constexpr int NC = N < 64 ? N : 64;       // columns of one wgmma\n",

@@ -115,12 +115,13 @@ struct I8Shape {
   // The fast stage's form, chosen per kernel on the H200 (docs/perf-notes.md, twelfth session;
   // ptxas lays each kernel out differently, and these moved the time more than their
   // instructions): FAST_SPAN, the M blocks of its unrolled span, the spans a rolled loop -- two
-  // where a stage has several chunks of whole rows (half the code: r4w12 -5%, r2w12 -1 to -4%),
-  // the whole stage at one chunk (rolled, r1w16 was 9% slower) and where a row spans two chunks
-  // (128 heads: rolled, r1w12 kept local memory in its stage loop). RELU_ALU, the relu as a max on the
-  // accumulator's bits with the weights scaled by the group's exponent -- at one chunk (r1w16
-  // -5 to -9%); with several the FMUL.SAT form (the max measured 1-4% slower there).
-  static constexpr int FAST_SPAN = CHUNKS > 1 && H <= NC ? 2 : MB;
+  // where a stage has four or more chunks of whole rows (a quarter of the code: r4w12 -5%), the
+  // whole stage elsewhere (rolled, r1w16 was 9% slower and r2w12 2% in the kept tree; at 128
+  // heads r1w12 kept local memory in its stage loop). RELU_ALU, the relu as a max on the
+  // accumulator's bits with the weights scaled by the group's exponent, at one chunk (r1w16:
+  // the same time as the multiply in this tree); with several the FMUL.SAT form (the max
+  // measured 1-4% slower there).
+  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;
   static constexpr bool RELU_ALU = CHUNKS == 1;
   // Registers a thread after the reallocation: the producers give theirs to the consumers. The
   // CTA's pool is what it launched with, THREADS x the launch bound's per-thread count (a
