@@ -9,9 +9,9 @@
 //             head within 2^3, and the magnitudes stay in range: each operand carries its
 //             blocks' offsets as shifts (the keys as unsigned bytes biased by 64, the bias taken
 //             back by a fifth, constant k-slice), one chained K = 128 wgmma gives the exact
-//             integer dot product of the two 128-vectors, and a cell costs a saturating multiply
-//             (the relu) and an FMA (the head weight carries the query's smallest scale, the
-//             key's is applied after the head sum). Not the canonical order; within the
+//             integer dot product of the two 128-vectors, and a cell costs one instruction for
+//             the relu (relu_cell) and an FMA (the head weight carries the query's smallest
+//             scale, the key's is applied after the head sum). Not the canonical order; within the
 //             tolerance, and finite exactly where it is.
 //   canonical every other stage: one wgmma chain a scale block (the other blocks' lanes zeroed)
 //             gives each exact block partial, then docs/numerics.md steps 2-5 in order; its bits
