@@ -591,9 +591,9 @@ def check_i8_kernel(k: dict, what: str) -> None:
     assert k["gmma"] == [f"IGMMA.64x{nc}x32.S8.S8", f"IGMMA.64x{nc}x32.U8.S8"], (what, k["gmma"])
     # the fast path unrolled over a span of M blocks x chunks, 5 wgmma each -- two M blocks (a
     # rolled loop of spans) where a stage has four or more chunks of whole rows, else a stage's M
-    # blocks (OPUS_I8_STAGE_KEYS / 64; I8Shape::FAST_SPAN); the canonical path one rolled M block: chunks x 4 scale blocks x
-    # 4 k-slices (w20, the split body: one k-slice a scale block); twice: one consumer for a
-    # float32 out, one for a narrow out
+    # blocks (OPUS_I8_STAGE_KEYS / 64; I8Shape::FAST_SPAN); the canonical path one rolled M
+    # block: chunks x 4 scale blocks x 4 k-slices (w20, the split body: one k-slice a scale
+    # block); twice: one consumer for a float32 out, one for a narrow out
     chunks = k["rows"] * k["heads"] // nc
     span = 2 if chunks >= 4 and k["heads"] <= nc else opus_instances.I8_STAGE_KEYS // 64
     slices = 1 if k["warps"] == 20 else 4

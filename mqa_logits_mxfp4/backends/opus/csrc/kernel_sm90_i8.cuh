@@ -115,7 +115,7 @@ struct I8Shape {
   // The fast stage's form, chosen per kernel on the H200 (docs/perf-notes.md, twelfth session;
   // ptxas lays each kernel out differently, and these moved the time more than their
   // instructions): FAST_SPAN, the M blocks of its unrolled span, the spans a rolled loop -- two
-  // where a stage has four or more chunks of whole rows (a quarter of the code: r4w12 -5%), the
+  // where a stage has four or more chunks of whole rows (half the fast stage's code: r4w12 -5%), the
   // whole stage elsewhere (rolled, r1w16 was 9% slower and r2w12 2% in the kept tree; at 128
   // heads r1w12 kept local memory in its stage loop). RELU_ALU, the relu as a max on the
   // accumulator's bits with the weights scaled by the group's exponent, at one chunk (r1w16:
@@ -852,7 +852,7 @@ struct I8Consumer {
         for (int k = 0; k < 2; ++k)  // block t's offset: 0..2 on every scored key
           d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;
         scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));  // the key this lane stores
-        if (SPAN == S::MB ? ml > 0 : mb > 0) load_raw(raw_base, mb, raw);
+        if (mb > 0) load_raw(raw_base, mb, raw);  // M block 0's bytes came with the vote
         if (mb == S::MB - 1) release(empty);  // the stage's last read
         convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);
       }
