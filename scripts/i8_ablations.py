@@ -73,9 +73,6 @@ EDITS = {
                    ("  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(",
                     "  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, false>::run(acc, a[j], b_desc(j, ch), j > 0);\n"
                     "    return;\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(")],
-    # a third accumulator: each fast unit's epilogue under the next two units' wgmma (and, at one
-    # chunk an M block, a third M block's A fragments)
-    "pipe3": [("  static constexpr int PIPE = 2;\n", "  static constexpr int PIPE = SPLIT ? 2 : 3;\n")],
     # no vote: every stage of a fast group takes the fast path, no warpgroup barrier
     # the consumers' work alone: the producer walks the table and arrives on each stage without
     # copying (the stage keeps stale bytes; with novote every stage takes the fast path)

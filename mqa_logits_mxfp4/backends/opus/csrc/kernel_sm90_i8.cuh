@@ -123,13 +123,6 @@ struct I8Shape {
   // measured 1-4% slower there).
   static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;
   static constexpr bool RELU_ALU = CHUNKS == 1;
-  // PIPE: the fast units whose accumulators are live at once -- a unit's epilogue runs while the
-  // PIPE - 1 units after it have their wgmma in flight. AFR: the M blocks whose A fragments (and
-  // store factors) are live at once, enough that an M block's are rewritten only after its last
-  // unit has retired and stored.
-  static constexpr int PIPE = 2;
-  static constexpr int AFR = CHUNKS >= PIPE - 1 ? 2 : PIPE;
-  static_assert(PIPE == 2 || (PIPE == 3 && !SPLIT), "a third accumulator: not in the split body");
   // Registers a thread after the reallocation: the producers give theirs to the consumers. The
   // CTA's pool is what it launched with, THREADS x the launch bound's per-thread count (a
   // multiple of 8); asking for more than the pool holds blocks the consumers' setmaxnreg forever.
@@ -702,17 +695,16 @@ struct I8Consumer {
   }
 
   // ---- the fast path, one unit (an M block's 64 keys x one chunk of NC columns) at a time.
-  // Unit u of a stage is M block u / CHUNKS, chunk u % CHUNKS, accumulated in acc[u % PIPE]; M
-  // block mb's A fragments are afr[mb % AFR] (AFR M blocks' operands live, whatever MB). The wgmma
-  // of units u + 1 .. u + PIPE - 1 run while the epilogue of unit u does, and M block mb + 1 is
-  // converted while the last units of M block mb run their wgmma (afr[(mb + 1) % AFR] last fed M
-  // block mb + 1 - AFR, whose units have all retired by then). The stage drains
-  // before it ends: a wgmma in flight across the stage loop makes ptxas serialize every wgmma of
-  // the kernel (C7514/C7518).
+  // Unit u of a stage is M block u / CHUNKS, chunk u % CHUNKS, accumulated in acc[u & 1]; M
+  // block mb's A fragments are afr[mb & 1] (two M blocks' operands live, whatever MB). The wgmma
+  // of unit u runs while the epilogue of unit u - 1 does, and M block mb + 1 is converted while
+  // the last unit of M block mb runs its wgmma (afr[(mb + 1) & 1] last fed M block mb - 1, whose
+  // units have all retired by then). The stage drains before it ends: a wgmma in flight across
+  // the stage loop makes ptxas serialize every wgmma of the kernel (C7514/C7518).
   static constexpr int UNITS = S::MB * S::CHUNKS;
   static constexpr int RPC = S::NC >= H ? S::NC / H : 1;  // rows a chunk ends (H = 2 NC: one)
-  int32_t acc[S::PIPE][S::ACC];
-  uint32_t afr[S::AFR][4][4];
+  int32_t acc[2][S::ACC];
+  uint32_t afr[2][4][4];
   float first_chunk[2];          // H = 2 NC: the row's first-chunk sums of keys g, g + 8
 
   // relu(I) as one instruction on the accumulator's bits, which read as a float are I * 2^-149
@@ -791,7 +783,7 @@ struct I8Consumer {
   // holds a row's first chunk only (H = 2 NC: kept in first_chunk, stored with the second).
   OPUS_DEV bool unit_rows(int u, const float (&wv)[S::NT][2], float (&rs)[RPC][2]) {
     const int ch = u % S::CHUNKS;
-    unit_sums(acc[unsigned(u) % S::PIPE], wv, rs);  // unsigned: for PIPE = 2 the same code as u & 1
+    unit_sums(acc[u & 1], wv, rs);
     if constexpr (H == 2 * S::NC) {
       if ((ch & 1) == 0) {
         first_chunk[0] = rs[0][0];
@@ -844,56 +836,44 @@ struct I8Consumer {
   OPUS_DEV void fast_span(int sp, const uint8_t* raw_base, uint4 (&raw)[2], const uint32_t (&offsets)[S::VK],
                           const float (&factor)[S::VK], int n0, uint64_t* empty) {
     constexpr int U = SPAN * S::CHUNKS;  // units of a span
-    constexpr int LAG = S::PIPE - 1;     // units issued after the one whose epilogue runs
-    static_assert(U > LAG && LAG <= 2, "a span longer than the pipeline");
     const int mb0 = SPAN * sp;           // 0 when the span is the whole stage
-    float scale[S::AFR];  // span M block ml's in scale[ml % AFR]: the factor of the key this lane stores
-#pragma unroll
-    for (int i = 0; i < S::AFR; ++i) scale[i] = 0.0f;
+    float scale[2] = {0.0f, 0.0f};  // M block mb's in scale[mb & 1]: the factor of the key this lane stores
     float pend[RPC][2];
     bool pending = false;  // a compile-time fact of each unrolled unit
     int pend_u = 0;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1
-      const float pend_scale = scale[unsigned(pend_u / S::CHUNKS) % S::AFR];  // before this unit's M block takes its slot
+      const float pend_scale = scale[(pend_u / S::CHUNKS) & 1];  // before this unit's M block takes its slot
       if (ch == 0) {
         const uint32_t off = pick(offsets, mb >> 1);
         int d[2];
 #pragma unroll
         for (int k = 0; k < 2; ++k)  // block t's offset: 0..2 on every scored key
           d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;
-        scale[unsigned(ml) % S::AFR] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));  // the key this lane stores
+        scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));  // the key this lane stores
         if (mb > 0) load_raw(raw_base, mb, raw);  // M block 0's bytes came with the vote
         if (mb == S::MB - 1) release(empty);  // the stage's last read
-        convert_fast(raw[0], raw[1], d[0], d[1], afr[unsigned(ml) % S::AFR]);
+        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);
       }
       if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);
       wgmma_fence();
-      mma_chunk_fast<S::NC>(acc[unsigned(u) % S::PIPE], afr[unsigned(ml) % S::AFR], ch);
+      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);
       wgmma_commit();
-      if (u >= LAG) {
+      if (u > 0) {
         float wv[S::NT][2];
-        unit_weights((u - LAG) % S::CHUNKS, wv);
-        retired<LAG>(acc[unsigned(u - LAG) % S::PIPE]);
-        pending = unit_rows(u - LAG, wv, pend);
-        pend_u = u - LAG;
+        unit_weights((u - 1) % S::CHUNKS, wv);
+        retired<1>(acc[(u - 1) & 1]);
+        pending = unit_rows(u - 1, wv, pend);
+        pend_u = u - 1;
       }
-    }
-    if constexpr (LAG == 2) {  // the drain's first unit: one wgmma group still in flight
-      float wv[S::NT][2];
-      unit_weights((U - 2) % S::CHUNKS, wv);
-      retired<1>(acc[(U - 2) % S::PIPE]);
-      if (pending) store_unit(pend_u, pend, n0, scale[unsigned(pend_u / S::CHUNKS) % S::AFR], mb0);
-      pending = unit_rows(U - 2, wv, pend);
-      pend_u = U - 2;
     }
     float wv[S::NT][2];
     unit_weights((U - 1) % S::CHUNKS, wv);
-    retired<0>(acc[(U - 1) % S::PIPE]);
-    if (pending) store_unit(pend_u, pend, n0, scale[unsigned(pend_u / S::CHUNKS) % S::AFR], mb0);
+    retired<0>(acc[(U - 1) & 1]);
+    if (pending) store_unit(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1], mb0);
     float rs[RPC][2];
-    if (unit_rows(U - 1, wv, rs)) store_unit(U - 1, rs, n0, scale[(SPAN - 1) % S::AFR], mb0);
+    if (unit_rows(U - 1, wv, rs)) store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);
   }
 
   // SPLIT: the fast path of a stage on the tile the pair's converter wrote. Unit u's wgmma is
@@ -915,20 +895,20 @@ struct I8Consumer {
       const float pend_scale = scale[(pend_u / S::CHUNKS) & 1];
       if (ch == 0) scale[mb & 1] = sm.tiles.factor[c][ts][key_of(mb, t & 1)];  // the key this lane stores
       wgmma_fence();
-      mma_chunk_ss<S::NC>(acc[u % S::PIPE], tile + uint64_t((mb * 8192) >> 4), ch);
+      mma_chunk_ss<S::NC>(acc[u & 1], tile + uint64_t((mb * 8192) >> 4), ch);
       wgmma_commit();
       if (pending) store_unit(pend_u, pend, n0, pend_scale);
       if (u > 0) {
         float wv[S::NT][2];
         unit_weights((u - 1) % S::CHUNKS, wv);
-        retired<1>(acc[(u - 1) % S::PIPE]);
+        retired<1>(acc[(u - 1) & 1]);
         pending = unit_rows(u - 1, wv, pend);
         pend_u = u - 1;
       }
     }
     float wv[S::NT][2];
     unit_weights((UNITS - 1) % S::CHUNKS, wv);
-    retired<0>(acc[(UNITS - 1) % S::PIPE]);
+    retired<0>(acc[(UNITS - 1) & 1]);
     mbar_arrive(&sm.tiles.empty[c][ts]);
     if (pending) store_unit(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1]);
     float rs[RPC][2];
