@@ -73,6 +73,29 @@ EDITS = {
                    ("  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(",
                     "  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, false>::run(acc, a[j], b_desc(j, ch), j > 0);\n"
                     "    return;\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(")],
+    # the fast path's key operand from shared memory (SS wgmma): each consumer converts its M block
+    # in registers as now, stores the A fragments into a tile of its own (two slots, the RS layout's
+    # K order, so the query operand is unchanged), fences, meets its warpgroup at a named barrier,
+    # and issues the four k-slices with both operands from shared memory (the bias slice stays RS)
+    "ssplace": [("  I8Tiles<CONS, S::TILE_SLOTS, S::TILE_BYTES, S::KEYS, SPLIT> tiles;  // last: an empty struct without SPLIT\n",
+                 "  alignas(128) uint8_t atile[CONS][2][S::KEYS / S::MB * 128];\n"
+                 "  I8Tiles<CONS, S::TILE_SLOTS, S::TILE_BYTES, S::KEYS, SPLIT> tiles;  // last: an empty struct without SPLIT\n"),
+                ("        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n",
+                 "        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n"
+                 "        {\n"
+                 "          uint8_t* tb = sm.atile[c][ml & 1] + 2 * warp * 256 + 16 * g + 4 * t;\n"
+                 "#pragma unroll\n"
+                 "          for (int j = 0; j < 4; ++j) {\n"
+                 "            *reinterpret_cast<uint32_t*>(tb + j * 2048) = afr[ml & 1][j][0];\n"
+                 "            *reinterpret_cast<uint32_t*>(tb + j * 2048 + 256) = afr[ml & 1][j][1];\n"
+                 "            *reinterpret_cast<uint32_t*>(tb + j * 2048 + 128) = afr[ml & 1][j][2];\n"
+                 "            *reinterpret_cast<uint32_t*>(tb + j * 2048 + 384) = afr[ml & 1][j][3];\n"
+                 "          }\n"
+                 "          fence_async_smem();\n"
+                 "          bar_sync(2 + c, 128);\n"
+                 "        }\n"),
+                ("      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n",
+                 "      mma_chunk_ss<S::NC>(acc[u & 1], smem_desc_at(kI8SmemBase + uint32_t(offsetof(Sm, atile)) + uint32_t((c * 2 + (ml & 1)) * 8192), 128, 256), ch);\n")],
     # no vote: every stage of a fast group takes the fast path, no warpgroup barrier
     # the consumers' work alone: the producer walks the table and arrives on each stage without
     # copying (the stage keeps stale bytes; with novote every stage takes the fast path)
