@@ -1489,6 +1489,17 @@ int main(int argc, char** argv) {
     run_pipeline<0>("the whole pipeline (garbage operands)");
     return 0;
   }
+  if (argc > 1 && std::string(argv[1]) == "wgs") {  // the free-running ping-pong case for 1-4 warpgroups
+    std::printf("one CTA an SM; the permutes feed the operand; free-running warpgroups\n");
+    run_pingpong<1, 80, 1, false>("1 WG, free-running (80 permutes, FP32 epilogue)");
+    run_pingpong<2, 80, 1, false>("2 WGs, free-running (80 permutes, FP32 epilogue)");
+    run_pingpong<3, 80, 1, false>("3 WGs, free-running (80 permutes, FP32 epilogue)");
+    run_pingpong<4, 80, 1, false>("4 WGs, free-running (80 permutes, FP32 epilogue)");
+    run_pingpong<1, 0, 1, false>("1 WG, free-running, no permutes");
+    run_pingpong<2, 0, 1, false>("2 WGs, free-running, no permutes");
+    run_pingpong<4, 0, 1, false>("4 WGs, free-running, no permutes");
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "tile") {  // that section alone
     tile_section<false>();
     tile_section<true>();
