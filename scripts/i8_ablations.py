@@ -96,9 +96,6 @@ EDITS = {
                  "        }\n"),
                 ("      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n",
                  "      mma_chunk_ss<S::NC>(acc[u & 1], smem_desc_at(kI8SmemBase + uint32_t(offsetof(Sm, atile)) + uint32_t((c * 2 + (ml & 1)) * 8192), 128, 256), ch);\n")],
-    # ssplace's barrier left out (timing only: a warp may read another's rows before they are
-    # written), to read the barrier's share of its cost
-    "ssnobar": [("          bar_sync(2 + c, 128);\n", "")],
     # no vote: every stage of a fast group takes the fast path, no warpgroup barrier
     # the consumers' work alone: the producer walks the table and arrives on each stage without
     # copying (the stage keeps stale bytes; with novote every stage takes the fast path)
@@ -245,11 +242,14 @@ EDITS["nospread"] = [("    const bool fast = cols_fast && wexp_g - wlo_g <= kI8W
 EDITS["nc128"] = [("  static constexpr int NC = N < 64 ? N : 64;       // columns of one wgmma\n",
                    "  static constexpr int NC = N < 128 ? N : 128;     // columns of one wgmma\n"),
                   ("sm90_ptx.cuh", "#undef OPUS_IGMMA0_BOTH\n", _W128)]
+# ssplace with its barrier left out (timing only: a warp may read another's rows before they are
+# written), to read the barrier's share of its cost
+EDITS["ssplacenobar"] = [(old, new.replace("          bar_sync(2 + c, 128);\n", "")) for old, new in EDITS["ssplace"]]
 COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
           "nomemnovote": ["nomem", "novote"], "before": ["span4", "relusat"],
-          "simple": ["relusat", "nospread"], "ssplacenobar": ["ssplace", "ssnobar"],
+          "simple": ["relusat", "nospread"],
           "splitr2signed": ["splitr2", "signedss"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
