@@ -95,7 +95,7 @@ EDITS = {
                  "          bar_sync(2 + c, 128);\n"
                  "        }\n"),
                 ("      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n",
-                 "      mma_chunk_ss<S::NC>(acc[u & 1], smem_desc_at(kI8SmemBase + uint32_t(offsetof(Sm, atile)) + uint32_t((c * 2 + (ml & 1)) * 8192), 128, 256), ch);\n")],
+                 "      mma_chunk_ss<S::NC>(acc[u & 1], smem_desc_at(kI8SmemBase + uint32_t(offsetof(Sm, atile)) + uint32_t((c * 2 + (ml & 1)) * sizeof(sm.atile[0][0])), 128, 256), ch);\n")],
     # no vote: every stage of a fast group takes the fast path, no warpgroup barrier
     # the consumers' work alone: the producer walks the table and arrives on each stage without
     # copying (the stage keeps stale bytes; with novote every stage takes the fast path)
