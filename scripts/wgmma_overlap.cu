@@ -1459,6 +1459,277 @@ void tile_section() {
   cudaFree(dq);
   cudaFree(dout);
 }
+
+// ---- The design at its minimum (`minimum`): what the i8 fast stage cannot do without, per
+// 64-key block and thread: its raw words (two LDS.128), the kernel's own conversion (i8_key_word:
+// biased keys and the bias slice, KS = 5; i8_word: signed keys, no bias slice, KS = 4) into the
+// A fragments, NCH chunks of KS RS wgmma (two accumulators in flight: a unit's epilogue under the
+// next unit's wgmma), and each unit's epilogue -- the kernel's relu and FMA a cell (EPI 3: max on
+// the accumulator's bits, as at one chunk; EPI 1: the saturating multiply, as at several) -- and
+// its quad reduction; four blocks, then drained, as a stage. No ring, vote, offsets, table
+// selection or stores. MMA / CONV / EPI 0 leave a part out (its alone-time). FP8: DeepGEMM's math
+// warps in the same form (both operands in shared memory, four FP8 k-slices a chunk, float
+// accumulators, FMNMX and FFMA a cell), to see whether its parts add as ours do.
+__device__ uint32_t kMinOnes = 0xFFFFFFFFu;
+// the tables from memory, as the kernel's (constants let ptxas bound the operand bytes and drop work)
+__device__ opus::I8Table kMinTables[2] = {opus::i8_key_table(0), opus::i8_table(0)};
+
+// D (+)= A x B, 64 x 64 x 32, e4m3 x e4m3 -> f32, both operands from shared memory
+__device__ __forceinline__ void wgmma64_fp8_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " D32 ", %32, %33, 1, 1, 1;\n"
+               : REGS32("+f", d)
+               : "l"(desc_a), "l"(desc_b));
+}
+
+// One cell of a unit's epilogue: relu (EPI 3: max on the bits, EPI 1: the saturating multiply;
+// FP8's float accumulators: max) and the FMA. VOLATILE when no wgmma wrote the accumulators
+// (their values then repeat, and ptxas would share the relu of equal ones).
+template <int EPI, bool FLOAT_ACC, bool VOLATILE>
+__device__ __forceinline__ float min_cell(uint32_t bits, float w, float acc) {
+  float y;
+  if constexpr (FLOAT_ACC || EPI == 3) {
+    if constexpr (VOLATILE)
+      asm volatile("max.f32 %0, %1, 0f00000000;" : "=f"(y) : "f"(__uint_as_float(bits)));
+    else
+      asm("max.f32 %0, %1, 0f00000000;" : "=f"(y) : "f"(__uint_as_float(bits)));
+  } else {
+    if constexpr (VOLATILE)
+      asm volatile("mul.rn.sat.f32 %0, %1, 0f7F000000;" : "=f"(y) : "f"(__uint_as_float(bits)));
+    else
+      asm("mul.rn.sat.f32 %0, %1, 0f7F000000;" : "=f"(y) : "f"(__uint_as_float(bits)));
+  }
+  return fmaf(y, w, acc);
+}
+// A unit's epilogue over 32 accumulators (bits) and the thread's 16 weights of the chunk: two
+// FMA chains a key, joined, and the quad reduction of the kernel's store_row; its value returned.
+template <int EPI, bool FLOAT_ACC, bool VOLATILE, class Get>
+__device__ __forceinline__ float min_unit(Get get, const float (&w)[16], int t) {
+  float p[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) p[kk][e] = min_cell<EPI, FLOAT_ACC, VOLATILE>(get(4 * i + 2 * kk + e), w[2 * i + e], p[kk][e]);
+  const float r0 = p[0][0] + p[0][1], r1 = p[1][0] + p[1][1];
+  const bool own = t & 1;
+  float v = (own ? r1 : r0) + __shfl_xor_sync(0xFFFFFFFFu, own ? r0 : r1, 1);
+  return v + __shfl_xor_sync(0xFFFFFFFFu, v, 2);
+}
+
+template <int WGS, int NCH, int KS, bool MMA, bool CONV, int EPI>
+__global__ void __launch_bounds__(128 * WGS, 1) minimum_kernel(float* sink, int blocks) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, t = tid & 3;
+  const uint32_t base = fill_smem(smem);
+  const opus::I8Table tb = kMinTables[KS == 5 ? 0 : 1];
+  const uint32_t ones = kMinOnes;
+  constexpr int N = 64 * NCH;  // query columns
+  auto bdesc = [&](int j, int ch) { return smem_desc_at(base + 32768 + j * (N * 32) + ch * 8 * 256, 128, 256); };
+  float w[NCH][16];
+#pragma unroll
+  for (int ch = 0; ch < NCH; ++ch)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) w[ch][i] = 0.5f + float(tid + 16 * ch + i);
+  uint32_t abias[4] = {0x01FFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu};
+  int32_t acc[2][32] = {};
+  uint32_t afr[2][4][4];  // not constants: without CONV ptxas would fold a known operand
+#pragma unroll
+  for (int i = 0; i < 32; ++i) afr[i / 16][i / 4 % 4][i % 4] = uint32_t(tid) * 2654435761u + i;
+  float sum = 0.0f;
+  constexpr int U = 4 * NCH;  // units of a stage
+  for (int b = 0; b < blocks; b += 4) {
+    int pend = -1;  // the unit whose epilogue is next (its wgmma issued)
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int mb = u / NCH, ch = u % NCH;
+      if (ch == 0 && CONV) {
+        const uint8_t* raw = smem + (((b >> 2) + mb) & 3) * 8192 + (tid % 128) * 32;  // stage by stage
+        const uint4 r0 = *reinterpret_cast<const uint4*>(raw), r1 = *reinterpret_cast<const uint4*>(raw + 16);
+        const uint32_t w0[4] = {r0.x, r0.y, r0.z, r0.w}, w1[4] = {r1.x, r1.y, r1.z, r1.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if constexpr (KS == 5) {
+            opus::i8_key_word(w0[j], tb, ones, afr[mb & 1][j][0], afr[mb & 1][j][2]);
+            opus::i8_key_word(w1[j], tb, ones, afr[mb & 1][j][1], afr[mb & 1][j][3]);
+          } else {
+            opus::i8_word(w0[j], tb, afr[mb & 1][j][0], afr[mb & 1][j][2]);
+            opus::i8_word(w1[j], tb, afr[mb & 1][j][1], afr[mb & 1][j][3]);
+          }
+        }
+      }
+      if constexpr (MMA) {
+        wgmma_fence();
+        if constexpr (KS == 5) {
+          WgmmaI8<64, true>::run(acc[u & 1], abias, bdesc(4, ch), false);  // read-write D (write-only: C7512)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) WgmmaI8<64, true>::run(acc[u & 1], afr[mb & 1][j], bdesc(j, ch), true);
+        } else {
+          WgmmaI8<64, false>::run(acc[u & 1], afr[mb & 1][0], bdesc(0, ch), false);
+#pragma unroll
+          for (int j = 1; j < 4; ++j) WgmmaI8<64, false>::run(acc[u & 1], afr[mb & 1][j], bdesc(j, ch), true);
+        }
+        wgmma_commit();
+      }
+      if (u > 0 && (MMA || EPI)) {
+        const int q = u - 1;
+        if constexpr (MMA) {
+          wgmma_wait<1>();
+          for (int i = 0; i < 32; ++i) pin(acc[q & 1][i]);
+        }
+        if constexpr (EPI != 0) {
+          // without wgmma: both operand buffers' 32 registers (16 would repeat, and ptxas shares the relu of equal ones)
+          auto get = [&](int i) { return MMA ? uint32_t(acc[q & 1][i]) : afr[(i >> 4) ^ ((q / NCH) & 1)][(i >> 2) & 3][i & 3]; };
+          sum += min_unit<EPI, false, !MMA>(get, w[q % NCH], t);
+        } else {
+          sum += __int_as_float(acc[q & 1][0]);  // one use: else ptxas drops the wgmma whose sums nobody reads
+        }
+      }
+      pend = u;
+    }
+    if constexpr (MMA) {
+      wgmma_wait<0>();
+      for (int i = 0; i < 32; ++i) pin(acc[(U - 1) & 1][i]);
+    }
+    if constexpr (EPI != 0) {
+      auto get = [&](int i) { return MMA ? uint32_t(acc[(U - 1) & 1][i]) : afr[(i >> 4) ^ 1][(i >> 2) & 3][i & 3]; };
+      sum += min_unit<EPI, false, !MMA>(get, w[(U - 1) % NCH], t);
+    } else {
+      sum += __int_as_float(acc[(U - 1) & 1][0]);
+    }
+    (void)pend;
+  }
+  uint32_t x[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) x[i] = afr[i & 1][i / 2 % 4][i % 4] ^ afr[0][i / 2 % 4][(i + 1) % 4];
+  keep(sink, sum, x, acc);
+}
+
+// DeepGEMM's form: per 64-key block NCH chunks of four SS FP8 wgmma (A from a rotating 8 KB
+// region), float accumulators, FMNMX and FFMA a cell and the quad reduction.
+template <int WGS, int NCH, bool MMA, bool EPI>
+__global__ void __launch_bounds__(128 * WGS, 1) minimum_fp8_kernel(float* sink, int blocks) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, t = tid & 3;
+  const uint32_t base = fill_smem(smem);
+  constexpr int N = 64 * NCH;
+  float w[NCH][16];
+#pragma unroll
+  for (int ch = 0; ch < NCH; ++ch)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) w[ch][i] = 0.5f + float(tid + 16 * ch + i);
+  float acc[2][32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc[0][i] = acc[1][i] = float(tid + i) - 40.0f;
+  float sum = 0.0f;
+  constexpr int U = 4 * NCH;
+  for (int b = 0; b < blocks; b += 4) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int mb = u / NCH, ch = u % NCH;
+      if constexpr (MMA) {
+        const uint32_t a0 = base + ((b + mb) & 3) * 8192;
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          wgmma64_fp8_ss(acc[u & 1], smem_desc_at(a0 + j * 2048, 128, 256),
+                         smem_desc_at(base + 32768 + j * (N * 32) + ch * 8 * 256, 128, 256));
+        wgmma_commit();
+      }
+      if (u > 0) {
+        const int q = u - 1;
+        if constexpr (MMA) {
+          wgmma_wait<1>();
+          for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(acc[q & 1][i])::"memory");
+        }
+        if constexpr (EPI && !MMA) {  // the accumulators from shared memory, stage by stage (else hoisted)
+          const float4* at = reinterpret_cast<const float4*>(smem + (((b >> 2) + q) & 7) * 4096 + (tid % 128) * 32);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const float4 v = at[i & 1 ? 512 * (i / 2) + 1 : 512 * (i / 2)];
+            acc[q & 1][4 * i] = v.x, acc[q & 1][4 * i + 1] = v.y, acc[q & 1][4 * i + 2] = v.z, acc[q & 1][4 * i + 3] = v.w;
+          }
+        }
+        if constexpr (EPI) {
+          auto get = [&](int i) { return __float_as_uint(acc[q & 1][i]); };
+          sum += min_unit<3, true, !MMA>(get, w[q % NCH], t);
+        } else {
+          sum += acc[q & 1][0];
+        }
+      }
+    }
+    if constexpr (MMA) {
+      wgmma_wait<0>();
+      for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(acc[(U - 1) & 1][i])::"memory");
+    }
+    if constexpr (EPI && !MMA) {
+      const float4* at = reinterpret_cast<const float4*>(smem + (((b >> 2) + 5) & 7) * 4096 + (tid % 128) * 32);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float4 v = at[i & 1 ? 512 * (i / 2) + 1 : 512 * (i / 2)];
+        acc[1][4 * i] = v.x, acc[1][4 * i + 1] = v.y, acc[1][4 * i + 2] = v.z, acc[1][4 * i + 3] = v.w;
+      }
+    }
+    if constexpr (EPI) {
+      auto get = [&](int i) { return __float_as_uint(acc[(U - 1) & 1][i]); };
+      sum += min_unit<3, true, !MMA>(get, w[(U - 1) % NCH], t);
+    } else {
+      sum += acc[(U - 1) & 1][0];
+    }
+  }
+  sink[blockIdx.x * blockDim.x + tid] = sum + acc[0][0] + acc[1][31];
+}
+
+// ns a key an SM, and that rate at one decode shape (keys an SM: seqs x ctx / SMs).
+template <class Kernel>
+void run_minimum(const char* name, Kernel kernel, int wgs, int seqs, int ctx) {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  float* sink = nullptr;
+  cudaMalloc(&sink, size_t(sms) * 128 * wgs * 4);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  kernel<<<sms, 128 * wgs, kSmem>>>(sink, 16);
+  cudaEventRecord(e0);
+  kernel<<<sms, 128 * wgs, kSmem>>>(sink, kBlocks);
+  cudaEventRecord(e1);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  const cudaError_t err = cudaGetLastError();
+  const double ns_key = ms * 1e6 / (64.0 * kBlocks * wgs);
+  std::printf("%-60s %6.3f ns a key an SM = %6.1f us at %d x %dK%s\n", name, ns_key,
+              ns_key * 1e-3 * double(seqs) * ctx / sms, seqs, ctx / 1024, err == cudaSuccess ? "" : cudaGetErrorString(err));
+  cudaFree(sink);
+}
+
+void minimum_section() {
+  std::printf("the design at its minimum: one CTA an SM, free-running warpgroups, four blocks a stage\n");
+  // MTP 1 (one 64-column chunk), three warpgroups as r1w16's consumers
+  run_minimum("MTP1 3 WGs: biased keys, bias slice (5 wgmma), max+FFMA", minimum_kernel<3, 1, 5, true, true, 3>, 3, 64, 65536);
+  run_minimum("MTP1 3 WGs:   its wgmma alone", minimum_kernel<3, 1, 5, true, false, 0>, 3, 64, 65536);
+  run_minimum("MTP1 3 WGs:   its conversion + epilogue alone", minimum_kernel<3, 1, 5, false, true, 3>, 3, 64, 65536);
+  run_minimum("MTP1 3 WGs: signed keys (4 wgmma), max+FFMA", minimum_kernel<3, 1, 4, true, true, 3>, 3, 64, 65536);
+  run_minimum("MTP1 3 WGs:   its wgmma alone", minimum_kernel<3, 1, 4, true, false, 0>, 3, 64, 65536);
+  run_minimum("MTP1 3 WGs:   its conversion + epilogue alone", minimum_kernel<3, 1, 4, false, true, 3>, 3, 64, 65536);
+  // MTP 2 (two chunks), two warpgroups as r2w12's consumers
+  run_minimum("MTP2 2 WGs: biased keys, bias slice (10 wgmma), mul.sat+FFMA", minimum_kernel<2, 2, 5, true, true, 1>, 2, 64, 32768);
+  run_minimum("MTP2 2 WGs: biased keys, bias slice (10 wgmma), max+FFMA", minimum_kernel<2, 2, 5, true, true, 3>, 2, 64, 32768);
+  run_minimum("MTP2 2 WGs:   its wgmma alone", minimum_kernel<2, 2, 5, true, false, 0>, 2, 64, 32768);
+  run_minimum("MTP2 2 WGs:   its conversion + epilogue alone (max+FFMA)", minimum_kernel<2, 2, 5, false, true, 3>, 2, 64, 32768);
+  run_minimum("MTP2 2 WGs: signed keys (8 wgmma), max+FFMA", minimum_kernel<2, 2, 4, true, true, 3>, 2, 64, 32768);
+  run_minimum("MTP2 2 WGs:   its wgmma alone", minimum_kernel<2, 2, 4, true, false, 0>, 2, 64, 32768);
+  run_minimum("MTP2 3 WGs: signed keys (8 wgmma), max+FFMA", minimum_kernel<3, 2, 4, true, true, 3>, 3, 64, 32768);
+  // DeepGEMM's math warps: four warpgroups, SS FP8
+  run_minimum("FP8 SS 4 WGs, one chunk (4 wgmma), FMNMX+FFMA", minimum_fp8_kernel<4, 1, true, true>, 4, 64, 65536);
+  run_minimum("FP8 SS 4 WGs, one chunk:   its wgmma alone", minimum_fp8_kernel<4, 1, true, false>, 4, 64, 65536);
+  run_minimum("FP8 SS 4 WGs, one chunk:   its epilogue alone", minimum_fp8_kernel<4, 1, false, true>, 4, 64, 65536);
+  run_minimum("FP8 SS 4 WGs, two chunks (8 wgmma), FMNMX+FFMA", minimum_fp8_kernel<4, 2, true, true>, 4, 64, 32768);
+  run_minimum("FP8 SS 4 WGs, two chunks:   its wgmma alone", minimum_fp8_kernel<4, 2, true, false>, 4, 64, 32768);
+  run_minimum("FP8 SS 4 WGs, two chunks:   its epilogue alone", minimum_fp8_kernel<4, 2, false, true>, 4, 64, 32768);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1498,6 +1769,10 @@ int main(int argc, char** argv) {
     run_pingpong<1, 0, 1, false>("1 WG, free-running, no permutes");
     run_pingpong<2, 0, 1, false>("2 WGs, free-running, no permutes");
     run_pingpong<4, 0, 1, false>("4 WGs, free-running, no permutes");
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "minimum") {  // that section alone
+    minimum_section();
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "tile") {  // that section alone
