@@ -144,6 +144,11 @@ EDITS = {
                  "    if ((store_mask >> (r * S::MB + mb) & 1u) && __float_as_uint(v) == 0x7FC00001u)\n"
                  "      store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));\n")],
     "novote": [("      fast = bar_and(2 + c, 128, ok);", "      fast = true;\n      (void)ok;")],
+    # every key through the shift-0 table (timing only: wrong logits where a block's offset is not
+    # 0): what choosing each key's table by its offsets costs (the quad shuffles, the address, an
+    # LDS.128 a key and M block)
+    "onetable": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
+                  "    const I8Table t0 = sm.ktables[0], t1 = sm.ktables[0];\n    (void)d0, (void)d1;\n")],
     # the split body (id 32): its converters' vote without the warpgroup barrier (exact on data
     # whose stages are all fast: what the bar.red a stage costs the converters)
     "splitnovote": [("    return khi > 0 && bar_and(4 + c, 128, ok);  // khi uniform: the group's verdict\n",
@@ -253,7 +258,8 @@ EDITS["ssplacenobar"] = [(old, new.replace("          bar_sync(2 + c, 128);\n", 
 COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
-          "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"], "before": ["span4", "relusat"],
+          "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],
+          "nomemnovotenostoreonetable": ["nomem", "novote", "nostore", "onetable"], "before": ["span4", "relusat"],
           "simple": ["relusat", "nospread"],
           "splitr2signed": ["splitr2", "signedss"]}
 VARIANTS = ["base", *EDITS, *COMBOS]

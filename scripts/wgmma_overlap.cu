@@ -1517,12 +1517,28 @@ __device__ __forceinline__ float min_unit(Get get, const float (&w)[16], int t) 
   return v + __shfl_xor_sync(0xFFFFFFFFu, v, 2);
 }
 
-template <int WGS, int NCH, int KS, bool MMA, bool CONV, int EPI>
+// FEAT adds the kernel's own per-stage work back, one part a bit: kTsel, each key's table chosen
+// by its block offset (the judging lane's offsets by quad shuffle, an LDS.128 of the table a key
+// and M block, as fast_span); kVote, the stage's vote (two scale words a lane from shared memory,
+// their bytes' min and max, the rule's compares, a warpgroup bar.red; the verdict feeds the sum,
+// not a branch); kStore, each unit's logit stored by lanes t = 0, 1 (the scale's multiply, a
+// predicated global store).
+constexpr int kTsel = 1, kVote = 2, kStore = 4;
+__device__ __forceinline__ int min_byte(uint32_t w) {  // the kernel's min4 / max4
+  return min(min(int(w & 0xFFu), int(w >> 8 & 0xFFu)), min(int(w >> 16 & 0xFFu), int(w >> 24)));
+}
+__device__ __forceinline__ int max_byte(uint32_t w) {
+  return max(max(int(w & 0xFFu), int(w >> 8 & 0xFFu)), max(int(w >> 16 & 0xFFu), int(w >> 24)));
+}
+template <int WGS, int NCH, int KS, bool MMA, bool CONV, int EPI, int FEAT = 0>
 __global__ void __launch_bounds__(128 * WGS, 1) minimum_kernel(float* sink, int blocks) {
   extern __shared__ __align__(128) uint8_t smem[];
-  const int tid = threadIdx.x, t = tid & 3;
+  const int tid = threadIdx.x, t = tid & 3, wg = tid / 128;
   const uint32_t base = fill_smem(smem);
-  const opus::I8Table tb = kMinTables[KS == 5 ? 0 : 1];
+  const opus::I8Table tb0 = kMinTables[KS == 5 ? 0 : 1];
+  const opus::I8Table* tables = reinterpret_cast<const opus::I8Table*>(smem + 30720);  // garbage tables: timing only
+  const uint32_t* scales = reinterpret_cast<const uint32_t*>(smem + 28672 + wg * 1024);
+  float* out = sink + (blockIdx.x * blockDim.x + (tid & ~3)) * 64;  // a row of keys a quad (garbage values)
   const uint32_t ones = kMinOnes;
   constexpr int N = 64 * NCH;  // query columns
   auto bdesc = [&](int j, int ch) { return smem_desc_at(base + 32768 + j * (N * 32) + ch * 8 * 256, 128, 256); };
@@ -1540,9 +1556,36 @@ __global__ void __launch_bounds__(128 * WGS, 1) minimum_kernel(float* sink, int 
   constexpr int U = 4 * NCH;  // units of a stage
   for (int b = 0; b < blocks; b += 4) {
     int pend = -1;  // the unit whose epilogue is next (its wgmma issued)
+    uint32_t offs[2] = {0u, 0u};
+    float fac[2] = {1.0f, 1.0f};
+    if constexpr ((FEAT & (kVote | kTsel)) != 0) {  // the judged keys' scale words and offsets
+      bool ok = true;
+#pragma unroll
+      for (int v = 0; v < 2; ++v) {
+        const uint32_t sc = scales[(((b >> 2) * 8 + (tid % 128) * 2 + v) & 255)];
+        const int kmin = min_byte(sc), kmax = max_byte(sc);
+        offs[v] = sc - uint32_t(kmin) * 0x01010101u;
+        fac[v] = __uint_as_float(uint32_t(max(kmin, 2) - 2) << 23);
+        ok &= (kmax - kmin <= 2) & (kmin >= 8) & (kmax <= 240);
+      }
+      if constexpr ((FEAT & kVote) != 0) sum += bar_and(1 + wg, 128, ok) ? 0.0f : 1.0f;
+    }
+    float scale[2] = {1.0f, 1.0f};
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int mb = u / NCH, ch = u % NCH;
+      opus::I8Table tk0 = tb0, tk1 = tb0;
+      if constexpr ((FEAT & kTsel) != 0) {
+        if (ch == 0) {
+          const uint32_t off = mb >> 1 ? offs[1] : offs[0];
+          int d[2];
+#pragma unroll
+          for (int k = 0; k < 2; ++k) d[k] = int(__shfl_sync(0xFFFFFFFFu, off, 2 * (mb & 1) + k, 4) >> (8 * t)) & 3;
+          scale[mb & 1] = __shfl_sync(0xFFFFFFFFu, mb >> 1 ? fac[1] : fac[0], 2 * (mb & 1) + (t & 1), 4);
+          tk0 = tables[d[0]];
+          tk1 = tables[d[1]];
+        }
+      }
       if (ch == 0 && CONV) {
         const uint8_t* raw = smem + (((b >> 2) + mb) & 3) * 8192 + (tid % 128) * 32;  // stage by stage
         const uint4 r0 = *reinterpret_cast<const uint4*>(raw), r1 = *reinterpret_cast<const uint4*>(raw + 16);
@@ -1550,11 +1593,11 @@ __global__ void __launch_bounds__(128 * WGS, 1) minimum_kernel(float* sink, int 
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           if constexpr (KS == 5) {
-            opus::i8_key_word(w0[j], tb, ones, afr[mb & 1][j][0], afr[mb & 1][j][2]);
-            opus::i8_key_word(w1[j], tb, ones, afr[mb & 1][j][1], afr[mb & 1][j][3]);
+            opus::i8_key_word(w0[j], tk0, ones, afr[mb & 1][j][0], afr[mb & 1][j][2]);
+            opus::i8_key_word(w1[j], tk1, ones, afr[mb & 1][j][1], afr[mb & 1][j][3]);
           } else {
-            opus::i8_word(w0[j], tb, afr[mb & 1][j][0], afr[mb & 1][j][2]);
-            opus::i8_word(w1[j], tb, afr[mb & 1][j][1], afr[mb & 1][j][3]);
+            opus::i8_word(w0[j], tk0, afr[mb & 1][j][0], afr[mb & 1][j][2]);
+            opus::i8_word(w1[j], tk1, afr[mb & 1][j][1], afr[mb & 1][j][3]);
           }
         }
       }
@@ -1580,7 +1623,12 @@ __global__ void __launch_bounds__(128 * WGS, 1) minimum_kernel(float* sink, int 
         if constexpr (EPI != 0) {
           // without wgmma: both operand buffers' 32 registers (16 would repeat, and ptxas shares the relu of equal ones)
           auto get = [&](int i) { return MMA ? uint32_t(acc[q & 1][i]) : afr[(i >> 4) ^ ((q / NCH) & 1)][(i >> 2) & 3][i & 3]; };
-          sum += min_unit<EPI, false, !MMA>(get, w[q % NCH], t);
+          const float v = min_unit<EPI, false, !MMA>(get, w[q % NCH], t);
+          if constexpr ((FEAT & kStore) != 0) {
+            if (t < 2) out[(q / NCH) * 16 + 8 * t + (q % NCH)] = v * scale[(q / NCH) & 1];
+          } else {
+            sum += v;
+          }
         } else {
           sum += __int_as_float(acc[q & 1][0]);  // one use: else ptxas drops the wgmma whose sums nobody reads
         }
@@ -1593,7 +1641,12 @@ __global__ void __launch_bounds__(128 * WGS, 1) minimum_kernel(float* sink, int 
     }
     if constexpr (EPI != 0) {
       auto get = [&](int i) { return MMA ? uint32_t(acc[(U - 1) & 1][i]) : afr[(i >> 4) ^ 1][(i >> 2) & 3][i & 3]; };
-      sum += min_unit<EPI, false, !MMA>(get, w[(U - 1) % NCH], t);
+      const float v = min_unit<EPI, false, !MMA>(get, w[(U - 1) % NCH], t);
+      if constexpr ((FEAT & kStore) != 0) {
+        if (t < 2) out[3 * 16 + 8 * t + NCH - 1] = v * scale[1];
+      } else {
+        sum += v;
+      }
     } else {
       sum += __int_as_float(acc[(U - 1) & 1][0]);
     }
@@ -1687,7 +1740,7 @@ void run_minimum(const char* name, Kernel kernel, int wgs, int seqs, int ctx) {
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   float* sink = nullptr;
-  cudaMalloc(&sink, size_t(sms) * 128 * wgs * 4);
+  cudaMalloc(&sink, size_t(sms) * 128 * wgs * 4 * 64);  // kStore: 64 floats a quad's row
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
@@ -1722,6 +1775,13 @@ void minimum_section() {
   run_minimum("MTP2 2 WGs: signed keys (8 wgmma), max+FFMA", minimum_kernel<2, 2, 4, true, true, 3>, 2, 64, 32768);
   run_minimum("MTP2 2 WGs:   its wgmma alone", minimum_kernel<2, 2, 4, true, false, 0>, 2, 64, 32768);
   run_minimum("MTP2 3 WGs: signed keys (8 wgmma), max+FFMA", minimum_kernel<3, 2, 4, true, true, 3>, 3, 64, 32768);
+  // the kernel's per-stage parts added back, one at a time and all together
+  run_minimum("MTP1 3 WGs biased + table selection", minimum_kernel<3, 1, 5, true, true, 3, kTsel>, 3, 64, 65536);
+  run_minimum("MTP1 3 WGs biased + vote", minimum_kernel<3, 1, 5, true, true, 3, kVote>, 3, 64, 65536);
+  run_minimum("MTP1 3 WGs biased + stores", minimum_kernel<3, 1, 5, true, true, 3, kStore>, 3, 64, 65536);
+  run_minimum("MTP1 3 WGs biased + all three", minimum_kernel<3, 1, 5, true, true, 3, kTsel | kVote | kStore>, 3, 64, 65536);
+  run_minimum("MTP2 2 WGs biased mul.sat + table selection", minimum_kernel<2, 2, 5, true, true, 1, kTsel>, 2, 64, 32768);
+  run_minimum("MTP2 2 WGs biased mul.sat + all three", minimum_kernel<2, 2, 5, true, true, 1, kTsel | kVote | kStore>, 2, 64, 32768);
   // DeepGEMM's math warps: four warpgroups, SS FP8
   run_minimum("FP8 SS 4 WGs, one chunk (4 wgmma), FMNMX+FFMA", minimum_fp8_kernel<4, 1, true, true>, 4, 64, 65536);
   run_minimum("FP8 SS 4 WGs, one chunk:   its wgmma alone", minimum_fp8_kernel<4, 1, true, false>, 4, 64, 65536);
