@@ -147,6 +147,34 @@ EDITS = {
     # every key through the shift-0 table (timing only: wrong logits where a block's offset is not
     # 0): what choosing each key's table by its offsets costs (the quad shuffles, the address, an
     # LDS.128 a key and M block)
+    # the fast stage's logit stores all after the span's last wgmma wait (each unit's value made
+    # where its store was, no memory operation between the wgmma statements: a store there is kept
+    # in order with them, and its shuffles' latency with it)
+    "storeend": [("  // Unit u's stores (the quad's reduction, then lanes t = 0, 1 store); u counts from M block mb0.\n",
+                  "  OPUS_DEV float row_value(const float (&rs)[2], float scale) const {\n"
+                  "    const bool k_own = t & 1;\n"
+                  "    float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n"
+                  "    v = fadd_rn(v, warp_xor(v, 2));\n"
+                  "    if constexpr (S::RELU_ALU) v = fmul_rn(v, gscale);\n"
+                  "    return fmul_rn(v, scale);\n"
+                  "  }\n"
+                  "  OPUS_DEV void put_row(int r, float v, int n0, int mb) const {\n"
+                  "    const int n = n0 + key_of(mb, (t & 1) ? 1 : 0);\n"
+                  "    if (store_mask >> (r * S::MB + mb) & 1u) store_key<NARROW>(args, row_out(r), n, v);\n"
+                  "  }\n"
+                  "  // Unit u's stores (the quad's reduction, then lanes t = 0, 1 store); u counts from M block mb0.\n"),
+                 ("    int pend_u = 0;\n#pragma unroll\n    for (int u = 0; u < U; ++u) {\n      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n",
+                  "    int pend_u = 0;\n    float vals[U][RPC];\n    bool have[U];\n#pragma unroll\n    for (int v = 0; v < U; ++v) have[v] = false;\n"
+                  "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n"),
+                 ("      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n",
+                  "      if (pending) {\n#pragma unroll\n        for (int lr = 0; lr < RPC; ++lr) vals[pend_u][lr] = row_value(pend[lr], pend_scale);\n        have[pend_u] = true;\n      }\n"
+                  "      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n"),
+                 ("    if (pending) store_unit(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1], mb0);\n    float rs[RPC][2];\n"
+                  "    if (unit_rows(U - 1, wv, rs)) store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);\n",
+                  "    if (pending) {\n#pragma unroll\n      for (int lr = 0; lr < RPC; ++lr) vals[pend_u][lr] = row_value(pend[lr], scale[(pend_u / S::CHUNKS) & 1]);\n      have[pend_u] = true;\n    }\n"
+                  "    float rs[RPC][2];\n    if (unit_rows(U - 1, wv, rs)) {\n#pragma unroll\n      for (int lr = 0; lr < RPC; ++lr) vals[U - 1][lr] = row_value(rs[lr], scale[(SPAN - 1) & 1]);\n      have[U - 1] = true;\n    }\n"
+                  "#pragma unroll\n    for (int v = 0; v < U; ++v) {\n      if (!have[v]) continue;\n      const int mb = mb0 + v / S::CHUNKS, ch = v % S::CHUNKS;\n"
+                  "#pragma unroll\n      for (int lr = 0; lr < RPC; ++lr) put_row(H >= S::NC ? ch * S::NC / H : ch * RPC + lr, vals[v][lr], n0, mb);\n    }\n")],
     "onetable": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
                   "    const I8Table t0 = sm.ktables[0], t1 = sm.ktables[0];\n    (void)d0, (void)d1;\n")],
     # the split body (id 32): its converters' vote without the warpgroup barrier (exact on data
