@@ -232,12 +232,23 @@ EDITS["stamps"] = [
     ("    uint32_t words[OPERAND_WORDS];\n    load_operand(words);\n",
      "    if (blockIdx.x == 0 && ct == 0) TS_ONCE(9);  // the consumer's walk step and row window done\n"
      "    uint32_t words[OPERAND_WORDS];\n    load_operand(words);\n"),
+    # inside the group set-up (CTA 0's first): its columns' loads back, the verdict's barrier, the
+    # operand built (the compares wait for the values they test)
+    ("    const bool mine = setup_columns(qmax_hi, wexp_hi, wexp_lo);\n",
+     "    const bool mine = setup_columns(qmax_hi, wexp_hi, wexp_lo);\n"
+     "    if (blockIdx.x == 0 && ct == 0 && qmax_hi != -12345) TS_ONCE(14);\n"),
+    ("    const bool cols_fast = bar_and(1, S::CT, mine);\n",
+     "    const bool cols_fast = bar_and(1, S::CT, mine);\n"
+     "    if (blockIdx.x == 0 && ct == 0 && int(cols_fast) != 7) TS_ONCE(15);\n"),
+    ("    setup_operand(fast, words);\n    fence_async_smem();\n",
+     "    setup_operand(fast, words);\n    if (blockIdx.x == 0 && ct == 0) TS_ONCE(16);\n    fence_async_smem();\n"),
     ("    setup_group(p, gbeg, gend, kbeg);\n",
      "    setup_group(p, gbeg, gend, kbeg);\n    if (blockIdx.x == 0 && ct == 0) TS_ONCE(10);\n"),
     ("    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n",
      "    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n    if (blockIdx.x == 0 && ct == 0) TS_ONCE(11);\n    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n"),
     ("    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n}\n",
-     "    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n  if (ct == 0 && blockIdx.x == 0) TS(12);\n  if (ct == 0) TS_MAX(13);\n}\n"),
+     "    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n  if (ct == 0 && blockIdx.x == 0) TS(12);\n  if (ct == 0) TS_MAX(13);\n"
+     "  if (ct == 0) TS_MIN(17);\n}\n"),
 ]
 # the start-up's floor: the kernel returns before any work (the launch of this grid, block and
 # shared memory alone), or right after the Free-mode scan and the CTA barrier (wrong logits)

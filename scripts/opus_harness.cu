@@ -283,7 +283,9 @@ int main(int argc, char** argv) {
     // word 8: the first CTA's start (min), 9 the last one's; then CTA 0's milestones
     static const char* names[] = {"last CTA start", "scan done", "producer ready", "walk step", "row window",
                                   "table entry", "first copy", "consumer ready", "consumer window",
-                                  "setup done", "first stage", "CTA 0 done", "last CTA done"};
+                                  "setup done", "first stage", "CTA 0 done", "last CTA done",
+                                  "columns loaded", "verdict", "operand built", "first CTA done"};
+    constexpr int kNames = sizeof(names) / sizeof(names[0]);
     for (int rep = 0; rep < 3; ++rep) {
       std::vector<unsigned long long> words(kStatWords, ~0ull);  // the once-stamps take the minimum
       words[0] = words[1] = words[9] = words[21] = 0;              // path counts; the two maxima
@@ -295,9 +297,9 @@ int main(int argc, char** argv) {
         break;
       }
       std::printf("  stamps (us after the first CTA's start; event time %.1f):", t);
-      for (int i = 0; i < 13; ++i) {
+      for (int i = 0; i < kNames; ++i) {  // a stamp the tree does not write stays at its reset value
         const unsigned long long w = words[9 + i];
-        if (w != 0 && w != ~0ull) std::printf(" %s %.2f%s", names[i], (double(w) - double(words[8])) / 1e3, i < 12 ? "," : "");
+        if (w != 0 && w != ~0ull) std::printf("%s %s %.2f", i ? "," : "", names[i], (double(w) - double(words[8])) / 1e3);
       }
       std::printf("\n");
     }
