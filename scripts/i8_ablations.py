@@ -175,6 +175,12 @@ EDITS = {
                   "    float rs[RPC][2];\n    if (unit_rows(U - 1, wv, rs)) {\n#pragma unroll\n      for (int lr = 0; lr < RPC; ++lr) vals[U - 1][lr] = row_value(rs[lr], scale[(SPAN - 1) & 1]);\n      have[U - 1] = true;\n    }\n"
                   "#pragma unroll\n    for (int v = 0; v < U; ++v) {\n      if (!have[v]) continue;\n      const int mb = mb0 + v / S::CHUNKS, ch = v % S::CHUNKS;\n"
                   "#pragma unroll\n      for (int lr = 0; lr < RPC; ++lr) put_row(H >= S::NC ? ch * S::NC / H : ch * RPC + lr, vals[v][lr], n0, mb);\n    }\n")],
+    # the group set-up's operand loop rolled (one copy of its body, the bias slice with it): the
+    # set-up runs once a group, at the instruction fetch's pace (fourteenth session's stamps:
+    # 2.3-2.8 us at r1w16, 4.1-4.4 at r2w12); the words by selects, not a local-memory array
+    "setuproll": [("  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n#pragma unroll\n",
+                   "  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n#pragma unroll 1\n"),
+                  ("      i8_word(words[i], sm.tables[shift], lo, hi);\n", "      i8_word(pick(words, i), sm.tables[shift], lo, hi);\n")],
     "onetable": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
                   "    const I8Table t0 = sm.ktables[0], t1 = sm.ktables[0];\n    (void)d0, (void)d1;\n")],
     # the split body (id 32): its converters' vote without the warpgroup barrier (exact on data
@@ -298,7 +304,8 @@ COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
           "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],
-          "nomemnovotenostoreonetable": ["nomem", "novote", "nostore", "onetable"], "before": ["span4", "relusat"],
+          "nomemnovotenostoreonetable": ["nomem", "novote", "nostore", "onetable"],
+          "stampssetuproll": ["stamps", "setuproll"], "before": ["span4", "relusat"],
           "simple": ["relusat", "nospread"],
           "splitr2signed": ["splitr2", "signedss"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
