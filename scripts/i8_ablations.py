@@ -181,6 +181,47 @@ EDITS = {
     "setuproll": [("  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n#pragma unroll\n",
                    "  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n#pragma unroll 1\n"),
                   ("      i8_word(words[i], sm.tables[shift], lo, hi);\n", "      i8_word(pick(words, i), sm.tables[shift], lo, hi);\n")],
+    # the fast path's three key tables in registers where the consumers have them (two consumer
+    # warpgroups, 224 registers: r2w12, r4w12, r1w12), loaded once a group; each key's table by
+    # selects instead of an LDS.128 between the wgmma statements (exact; the one-chunk r1w16 keeps
+    # its loads)
+    "regtables": [("  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n",
+                   "  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n"
+                   "  static constexpr bool KT_IN_REGS = CONS <= 2;\n"
+                   "  I8Table ktreg[KT_IN_REGS ? 3 : 1];\n"
+                   "  OPUS_DEV I8Table key_table(int d) const {\n"
+                   "    if constexpr (KT_IN_REGS) {\n"
+                   "      I8Table r = ktreg[0];\n"
+                   "      r.pos_lo = d == 1 ? ktreg[1].pos_lo : d == 2 ? ktreg[2].pos_lo : r.pos_lo;\n"
+                   "      r.pos_hi = d == 1 ? ktreg[1].pos_hi : d == 2 ? ktreg[2].pos_hi : r.pos_hi;\n"
+                   "      r.neg_lo = d == 1 ? ktreg[1].neg_lo : d == 2 ? ktreg[2].neg_lo : r.neg_lo;\n"
+                   "      r.neg_hi = d == 1 ? ktreg[1].neg_hi : d == 2 ? ktreg[2].neg_hi : r.neg_hi;\n"
+                   "      return r;  // a key nobody stores may take 3: any table serves it\n"
+                   "    } else {\n"
+                   "      return sm.ktables[d];\n"
+                   "    }\n"
+                   "  }\n"),
+                  ("          for (int e = 0; e < 2; ++e) wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];\n    }\n  }\n",
+                   "          for (int e = 0; e < 2; ++e) wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];\n    }\n"
+                   "    if constexpr (KT_IN_REGS) {\n#pragma unroll\n      for (int d = 0; d < 3; ++d) ktreg[d] = sm.ktables[d];\n    }\n  }\n"),
+                  ("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
+                   "    const I8Table t0 = key_table(d0), t1 = key_table(d1);\n")],
+    # the producer warp prefetches each piece's query rows, scales and weights into L2 as it
+    # starts the piece -- for every piece after the first, while the consumers still run the
+    # previous one's last stages -- so the group set-up's loads hit L2 (exact; addresses only)
+    "prefetchq": [("    const int32_t* bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;\n    constexpr int STEP = S::KEYS * CONS;\n",
+                   "    const int32_t* bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;\n    constexpr int STEP = S::KEYS * CONS;\n"
+                   "    if (c == 0) {  // one warp: a 128-byte line a lane and row\n"
+                   "      for (int r = p.r0; r < imin(p.r1, p.r0 + R); ++r) {\n"
+                   "        const uint8_t* qrow = args.q + (long long)r * H * kHeadBytes;\n"
+                   "        for (int off = lane * 128; off < H * kHeadBytes; off += 32 * 128)\n"
+                   "          asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(qrow + off));\n"
+                   "        const int wbytes = H * (args.weights_bf16 ? 2 : 4);\n"
+                   "        const uint8_t* wrow = static_cast<const uint8_t*>(args.weights) + (long long)r * args.stride_w * (wbytes / H);\n"
+                   "        if (lane * 128 < H * 4) asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(args.q_scale + (long long)r * H * 4 + lane * 128));\n"
+                   "        if (lane * 128 < wbytes) asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(wrow + lane * 128));\n"
+                   "      }\n"
+                   "    }\n")],
     "onetable": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
                   "    const I8Table t0 = sm.ktables[0], t1 = sm.ktables[0];\n    (void)d0, (void)d1;\n")],
     # the split body (id 32): its converters' vote without the warpgroup barrier (exact on data
@@ -305,13 +346,13 @@ COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
           "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],
           "nomemnovotenostoreonetable": ["nomem", "novote", "nostore", "onetable"],
-          "stampssetuproll": ["stamps", "setuproll"], "before": ["span4", "relusat"],
+          "stampssetuproll": ["stamps", "setuproll"], "setuprollprefetchq": ["setuproll", "prefetchq"], "before": ["span4", "relusat"],
           "simple": ["relusat", "nospread"],
           "splitr2signed": ["splitr2", "signedss"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
           17: ["2 64 32768", "2 16 32768"], 33: ["2 64 32768", "2 16 32768"],
-          32: ["1 64 65536", "1 64 32768"]}
+          32: ["1 64 65536", "1 64 32768"], 16: ["1 64 65536", "1 1 65536"], 18: ["4 64 32768"]}
 
 
 def trimmed_registry(text: str, ids: list[int]) -> str:
