@@ -10,9 +10,10 @@
 // split-role pipeline with the kernel's memory side. Each case prints ns a key an SM (the
 // interference cases each role's cycles); compare a case with the sum of its parts alone.
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Imqa_logits_mxfp4/backends/opus/csrc \
-//        scripts/wgmma_overlap.cu -o /tmp/wgmma_overlap && /tmp/wgmma_overlap [pipeline | imma | tile]
+//        scripts/wgmma_overlap.cu -o /tmp/wgmma_overlap && /tmp/wgmma_overlap [pipeline | imma | tile | wgs | minimum]
 // (that section alone; `imma`: INT8 mma.sync's rate; `tile`: the split body's operand layout,
-// checked exactly.)
+// checked exactly; `wgs`: free-running warpgroups, one to four; `minimum`: the i8 design's
+// irreducible instructions, the kernel's per-stage parts one at a time, and DeepGEMM's form.)
 // ptxas schedules the permutes and FMAs around the wgmma as it likes (source order, volatile asm
 // and memory clobbers do not pin them): each case measures the layout ptxas chose.
 #include <cuda_runtime.h>
@@ -1555,7 +1556,6 @@ __global__ void __launch_bounds__(128 * WGS, 1) minimum_kernel(float* sink, int 
   float sum = 0.0f;
   constexpr int U = 4 * NCH;  // units of a stage
   for (int b = 0; b < blocks; b += 4) {
-    int pend = -1;  // the unit whose epilogue is next (its wgmma issued)
     uint32_t offs[2] = {0u, 0u};
     float fac[2] = {1.0f, 1.0f};
     if constexpr ((FEAT & (kVote | kTsel)) != 0) {  // the judged keys' scale words and offsets
@@ -1633,7 +1633,6 @@ __global__ void __launch_bounds__(128 * WGS, 1) minimum_kernel(float* sink, int 
           sum += __int_as_float(acc[q & 1][0]);  // one use: else ptxas drops the wgmma whose sums nobody reads
         }
       }
-      pend = u;
     }
     if constexpr (MMA) {
       wgmma_wait<0>();
@@ -1650,7 +1649,6 @@ __global__ void __launch_bounds__(128 * WGS, 1) minimum_kernel(float* sink, int 
     } else {
       sum += __int_as_float(acc[(U - 1) & 1][0]);
     }
-    (void)pend;
   }
   uint32_t x[8];
 #pragma unroll
