@@ -11,6 +11,8 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,splitnovote,splitnoconv,noepi --ids 20,32
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,nc128 --ids 17        # MTP 2, one 128-column wgmma
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,splitr2,splitr2signed --ids 17,33  # MTP 2, the split body (id 33)
+    python3 scripts/i8_ablations.py --out .gl/abl --variants stamps --ids 20,17 --rounds 1  # the start-up timeline (STAMPS=1)
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,setuproll,prefetchq,regtables --ids 20,17,16,18  # the set-up and the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
 
 Each variant is exact text edits of kernel_sm90_i8.cuh; an edit whose text is no longer there
