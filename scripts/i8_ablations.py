@@ -224,6 +224,44 @@ EDITS = {
                    "        if (lane * 128 < wbytes) asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(wrow + lane * 128));\n"
                    "      }\n"
                    "    }\n")],
+    # each M block's two key tables loaded a unit ahead (after the previous M block's
+    # conversion, before its wgmma) instead of just before the permutes that use them: the
+    # LDS.128's latency off the warp's in-order stream, for 8 registers (exact)
+    "tabahead": [("  OPUS_DEV void convert_fast(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {\n",
+                  "  OPUS_DEV void block_tables(const uint32_t (&offsets)[S::VK], int mb, int ml, I8Table (&tab)[2]) const {\n"
+                  "    const uint32_t off = pick(offsets, mb >> 1);\n"
+                  "#pragma unroll\n"
+                  "    for (int k = 0; k < 2; ++k) tab[k] = sm.ktables[int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3];\n"
+                  "  }\n"
+                  "  OPUS_DEV void convert_fast_t(const uint4& raw0, const uint4& raw1, const I8Table& t0, const I8Table& t1,\n"
+                  "                               uint32_t (&a)[4][4]) const {\n"
+                  "    const uint32_t w0[4] = {raw0.x, raw0.y, raw0.z, raw0.w}, w1[4] = {raw1.x, raw1.y, raw1.z, raw1.w};\n"
+                  "#pragma unroll\n"
+                  "    for (int j = 0; j < 4; ++j) {\n"
+                  "      i8_key_word(w0[j], t0, ones, a[j][0], a[j][2]);\n"
+                  "      i8_key_word(w1[j], t1, ones, a[j][1], a[j][3]);\n"
+                  "    }\n"
+                  "  }\n"
+                  "  OPUS_DEV void convert_fast(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {\n"),
+                 ("    int pend_u = 0;\n#pragma unroll\n    for (int u = 0; u < U; ++u) {\n      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n",
+                  "    int pend_u = 0;\n    I8Table tab[2];\n    block_tables(offsets, mb0, 0, tab);\n"
+                  "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n"),
+                 ("        if (mb == S::MB - 1) release(empty);  // the stage's last read\n        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n",
+                  "        if (mb == S::MB - 1) release(empty);  // the stage's last read\n"
+                  "        (void)d;\n        const I8Table c0 = tab[0], c1 = tab[1];\n"
+                  "        if (ml + 1 < SPAN) block_tables(offsets, mb + 1, ml + 1, tab);\n"
+                  "        convert_fast_t(raw[0], raw[1], c0, c1, afr[ml & 1]);\n")],
+    # each M block's key bytes read a unit ahead (after the previous M block's conversion is
+    # issued; the stage released after that last read), for 8 registers (exact)
+    "rawahead": [("        if (mb > 0) load_raw(raw_base, mb, raw);  // M block 0's bytes came with the vote\n"
+                  "        if (mb == S::MB - 1) release(empty);  // the stage's last read\n"
+                  "        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n",
+                  "        const uint4 cur0 = raw[0], cur1 = raw[1];  // M block 0's came with the vote, the others a unit ago\n"
+                  "        if (mb + 1 < S::MB) {\n"
+                  "          load_raw(raw_base, mb + 1, raw);\n"
+                  "          if (mb + 1 == S::MB - 1) release(empty);  // the stage's last read\n"
+                  "        }\n"
+                  "        convert_fast(cur0, cur1, d[0], d[1], afr[ml & 1]);\n")],
     "onetable": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
                   "    const I8Table t0 = sm.ktables[0], t1 = sm.ktables[0];\n    (void)d0, (void)d1;\n")],
     # the split body (id 32): its converters' vote without the warpgroup barrier (exact on data
@@ -330,6 +368,18 @@ struct WgmmaI8<128, KEY_U8> {
 # kernel's stage unrolled whole / as two rolled spans of two M blocks; the relu as the
 # saturating multiply / as the max on the accumulator's bits everywhere (both exact)
 EDITS["span4"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = MB;\n")]
+EDITS["aheadboth"] = EDITS["tabahead"][:2] + [(
+    "        if (mb > 0) load_raw(raw_base, mb, raw);  // M block 0's bytes came with the vote\n"
+    "        if (mb == S::MB - 1) release(empty);  // the stage's last read\n"
+    "        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n",
+    "        const uint4 cur0 = raw[0], cur1 = raw[1];  // M block 0's came with the vote, the others a unit ago\n"
+    "        if (mb + 1 < S::MB) {\n"
+    "          load_raw(raw_base, mb + 1, raw);\n"
+    "          if (mb + 1 == S::MB - 1) release(empty);  // the stage's last read\n"
+    "        }\n"
+    "        (void)d;\n        const I8Table c0 = tab[0], c1 = tab[1];\n"
+    "        if (ml + 1 < SPAN) block_tables(offsets, mb + 1, ml + 1, tab);\n"
+    "        convert_fast_t(cur0, cur1, c0, c1, afr[ml & 1]);\n")]
 EDITS["span2"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = 2;\n")]
 EDITS["relusat"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = false;\n")]
 EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = true;\n")]
