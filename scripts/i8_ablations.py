@@ -262,6 +262,40 @@ EDITS = {
                   "          if (mb + 1 == S::MB - 1) release(empty);  // the stage's last read\n"
                   "        }\n"
                   "        convert_fast(cur0, cur1, d[0], d[1], afr[ml & 1]);\n")],
+    # the Free split charging each group's start kPieceCost virtual units (no tiles): a program
+    # whose range takes a group's start gets that many fewer tiles, since a piece costs a set-up
+    # (and a ring fill) whatever its length (fourteenth session's stamps: the last CTA ends 12-14
+    # us after the first at MTP 1 64 x 64K). Free mode only (the harness's); exact: every tile
+    # still scored once, only who scores it moves
+    "piececost": [("worksplit.h", "    return cdiv_nonneg(qb - qa, rows) * span;\n  }\n",
+                   "    return cdiv_nonneg(qb - qa, rows) * (span > 0 ? span + kPieceCost : 0);\n  }\n"),
+                  ("worksplit.h", "struct Piece {\n", "constexpr int kPieceCost = 16;  // virtual units at each group's start\n\nstruct Piece {\n"),
+                  ("worksplit.h",
+                   "          const int j = lo / ntiles;\n"
+                   "          // the window's first tile, read again for each piece rather than kept in the\n"
+                   "          // iterator (whose state every body carries across its pieces)\n"
+                   "          const int tlo = sv.row_starts ? sv.start_of(qa, sv.end_of(qb - 1)) / kBlockN : 0;\n"
+                   "          p.b = b;\n"
+                   "          p.t0 = tlo + lo - j * ntiles;\n"
+                   "          p.t1 = tlo + imin(hi - j * ntiles, ntiles);\n"
+                   "          p.r0 = qa + j * rows;\n"
+                   "          p.r1 = imin(p.r0 + rows, qb);\n"
+                   "          lo = (j + 1) * ntiles;\n"
+                   "          return true;\n",
+                   "          const int stride = ntiles + kPieceCost;  // a group's virtual units, then its tiles\n"
+                   "          const int j = lo / stride;\n"
+                   "          const int a = imax(lo - j * stride - kPieceCost, 0), e = imin(hi - j * stride - kPieceCost, ntiles);\n"
+                   "          lo = (j + 1) * stride;\n"
+                   "          if (e <= a) continue;  // only the group's virtual units in range\n"
+                   "          const int tlo = sv.row_starts ? sv.start_of(qa, sv.end_of(qb - 1)) / kBlockN : 0;\n"
+                   "          p.b = b;\n"
+                   "          p.t0 = tlo + a;\n"
+                   "          p.t1 = tlo + e;\n"
+                   "          p.r0 = qa + j * rows;\n"
+                   "          p.r1 = imin(p.r0 + rows, qb);\n"
+                   "          return true;\n"),
+                  ("worksplit.h", "      units = cdiv_nonneg(qb - qa, rows) * span;\n",
+                   "      units = cdiv_nonneg(qb - qa, rows) * (span > 0 ? span + kPieceCost : 0);\n")],
     "onetable": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
                   "    const I8Table t0 = sm.ktables[0], t1 = sm.ktables[0];\n    (void)d0, (void)d1;\n")],
     # the split body (id 32): its converters' vote without the warpgroup barrier (exact on data
