@@ -14,6 +14,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants stamps --ids 20,17 --rounds 1  # the start-up timeline (STAMPS=1)
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,setuproll,prefetchq,regtables --ids 20,17,16,18  # the set-up and the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
+    python3 scripts/i8_ablations.py --apply setuproll   # land an exact variant the H200 measured (then the GPU suite)
 
 Each variant is exact text edits of kernel_sm90_i8.cuh; an edit whose text is no longer there
 stops the script (the kernel changed: update the edit). A variant that ptxas builds with
@@ -464,10 +465,8 @@ def trimmed_registry(text: str, ids: list[int]) -> str:
     return "\n".join(out)
 
 
-def make_tree(out: Path, variant: str, ids: list[int], csrc: Path = CSRC) -> Path:
-    tree = out / variant
-    shutil.rmtree(tree, ignore_errors=True)
-    shutil.copytree(csrc, tree)
+def apply_edits(tree: Path, variant: str) -> None:
+    """The variant's text edits, in place, into the kernel files under `tree`."""
     for name in COMBOS.get(variant, [variant] if variant in EDITS else []):
         for edit in EDITS[name]:
             fname, old, new = edit if len(edit) == 3 else ("kernel_sm90_i8.cuh", *edit)
@@ -476,6 +475,13 @@ def make_tree(out: Path, variant: str, ids: list[int], csrc: Path = CSRC) -> Pat
             if src.count(old) != 1:
                 sys.exit(f"{variant}: the edit '{name}' no longer matches {fname} exactly once")
             path.write_text(src.replace(old, new))
+
+
+def make_tree(out: Path, variant: str, ids: list[int], csrc: Path = CSRC) -> Path:
+    tree = out / variant
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.copytree(csrc, tree)
+    apply_edits(tree, variant)
     reg = tree / "registry.h"  # trimmed after the edits: an edit may add a row
     reg.write_text(trimmed_registry(reg.read_text(), ids))
     return tree
@@ -493,7 +499,9 @@ def build(out: Path, variant: str, tree: Path) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True, help="a folder of the checkout that is ignored (carry it)")
+    ap.add_argument("--out", type=Path, help="a folder of the checkout that is ignored (carry it)")
+    ap.add_argument("--apply", metavar="VARIANT", help="write an exact variant's edits into this checkout's kernel "
+                    "files and stop (to land one the H200 measured; never a timing-only one)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
     ap.add_argument("--ids", default="20,31", help="registry ids to keep (their 64-head kernels)")
     ap.add_argument("--rounds", type=int, default=2)
@@ -501,6 +509,14 @@ def main() -> int:
     ap.add_argument("--csrc", type=Path, default=CSRC, help="the kernel tree to start from (default: this checkout's; "
                     "e.g. an older commit's, from `git archive`)")
     a = ap.parse_args()
+    if a.apply:
+        if a.apply not in VARIANTS:
+            ap.error(f"unknown variant {a.apply}")
+        apply_edits(CSRC, a.apply)
+        print(f"applied {a.apply} to {CSRC}")
+        return 0
+    if a.out is None:
+        ap.error("--out is required (unless --apply)")
     variants = [v for v in a.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
@@ -517,7 +533,7 @@ def main() -> int:
         for v in variants:
             for i in ids:
                 for shape in (a.shapes.split(";") if a.shapes else SHAPES.get(i, [])):
-                    env = "STAMPS=1 " if v == "stamps" else ""
+                    env = "STAMPS=1 " if "stamps" in COMBOS.get(v, [v]) else ""
                     lines.append(f'echo -n "{v}: "; {env}timeout 60 ./bin/{v} {i} {shape} 20')
     (a.out / "run.sh").write_text("\n".join(lines) + "\n")
     print(f"wrote {a.out / 'run.sh'}")
