@@ -1484,7 +1484,8 @@ __device__ __forceinline__ void wgmma64_fp8_ss(float (&d)[32], uint64_t desc_a, 
 
 // One cell of a unit's epilogue: relu (EPI 3: max on the bits, EPI 1: the saturating multiply;
 // FP8's float accumulators: max) and the FMA. VOLATILE when no wgmma wrote the accumulators
-// (their values then repeat, and ptxas would share the relu of equal ones).
+// (their values then come from the operand registers); ptxas still shares some relus there: the
+// integer alone-cases' SASS holds 64 of a stage's 128, so their times read a little low.
 template <int EPI, bool FLOAT_ACC, bool VOLATILE>
 __device__ __forceinline__ float min_cell(uint32_t bits, float w, float acc) {
   float y;
