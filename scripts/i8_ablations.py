@@ -35,6 +35,38 @@ HARNESS = ROOT / "scripts" / "opus_harness.cu"
 NVCC = ["nvcc", "-std=c++17", "-O3", "--fmad=false", "-gencode=arch=compute_90a,code=sm_90a"]
 
 # (text in kernel_sm90_i8.cuh, what replaces it), or (another file of the tree, text, replacement)
+# The pieces of the "a unit ahead" variants (tabahead, rawahead, aheadboth): fast_span's lines
+# that read an M block's bytes, release the stage and convert, and what each variant puts there.
+_RAW_NOW = "        if (mb > 0) load_raw(raw_base, mb, raw);  // M block 0's bytes came with the vote\n"
+_RELEASE = "        if (mb == S::MB - 1) release(empty);  // the stage's last read\n"
+_RELEASE_CONVERT = _RELEASE + "        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n"
+_RAW_NEXT = ("        const uint4 cur0 = raw[0], cur1 = raw[1];  // M block 0's came with the vote, the others a unit ago\n"
+             "        if (mb + 1 < S::MB) {\n"
+             "          load_raw(raw_base, mb + 1, raw);\n"
+             "          if (mb + 1 == S::MB - 1) release(empty);  // the stage's last read\n"
+             "        }\n")
+_TAB_NEXT = ("        (void)d;\n        const I8Table c0 = tab[0], c1 = tab[1];\n"
+             "        if (ml + 1 < SPAN) block_tables(offsets, mb + 1, ml + 1, tab);\n")
+# block_tables (an M block's two tables) and the conversion from given tables, convert_fast
+# keeping its form on top of it
+_TAB_FUNCS = ("  OPUS_DEV void convert_fast(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {\n"
+              "    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
+              "  OPUS_DEV void block_tables(const uint32_t (&offsets)[S::VK], int mb, int ml, I8Table (&tab)[2]) const {\n"
+              "    const uint32_t off = pick(offsets, mb >> 1);\n"
+              "#pragma unroll\n"
+              "    for (int k = 0; k < 2; ++k) tab[k] = sm.ktables[int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3];\n"
+              "  }\n"
+              "  OPUS_DEV void convert_fast(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {\n"
+              "    convert_fast_t(raw0, raw1, sm.ktables[d0], sm.ktables[d1], a);\n"
+              "  }\n"
+              "  OPUS_DEV void convert_fast_t(const uint4& raw0, const uint4& raw1, const I8Table& t0, const I8Table& t1,\n"
+              "                               uint32_t (&a)[4][4]) const {\n")
+_TAB_FIRST = ("    int pend_u = 0;\n#pragma unroll\n    for (int u = 0; u < U; ++u) {\n"
+              "      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n",
+              "    int pend_u = 0;\n    I8Table tab[2];\n    block_tables(offsets, mb0, 0, tab);\n"
+              "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n"
+              "      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n")
+
 EDITS = {
     # the epilogue's float work as integer multiply-adds on the same bits (wrong logits; what the
     # FP32 instructions' collisions with the tensor core cost): one IMAD a cell, or two
@@ -153,7 +185,15 @@ EDITS = {
     # the fast stage's logit stores all after the span's last wgmma wait (each unit's value made
     # where its store was, no memory operation between the wgmma statements: a store there is kept
     # in order with them, and its shuffles' latency with it)
-    "storeend": [("  // Unit u's stores (the quad's reduction, then lanes t = 0, 1 store); u counts from M block mb0.\n",
+    "storeend": [("  OPUS_DEV void store_row(int r, const float (&rs)[2], int n0, int mb, float scale) const {\n"
+                  "    const bool k_own = t & 1;\n"
+                  "    float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n"
+                  "    v = fadd_rn(v, warp_xor(v, 2));\n"
+                  "    const int n = n0 + key_of(mb, k_own ? 1 : 0);\n"
+                  "    if constexpr (S::RELU_ALU) v = fmul_rn(v, gscale);\n"
+                  "    if (store_mask >> (r * S::MB + mb) & 1u) store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));\n"
+                  "  }\n",
+                  # store_row as its two halves: the value (no memory operation) and the store
                   "  OPUS_DEV float row_value(const float (&rs)[2], float scale) const {\n"
                   "    const bool k_own = t & 1;\n"
                   "    float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n"
@@ -165,7 +205,9 @@ EDITS = {
                   "    const int n = n0 + key_of(mb, (t & 1) ? 1 : 0);\n"
                   "    if (store_mask >> (r * S::MB + mb) & 1u) store_key<NARROW>(args, row_out(r), n, v);\n"
                   "  }\n"
-                  "  // Unit u's stores (the quad's reduction, then lanes t = 0, 1 store); u counts from M block mb0.\n"),
+                  "  OPUS_DEV void store_row(int r, const float (&rs)[2], int n0, int mb, float scale) const {\n"
+                  "    put_row(r, row_value(rs, scale), n0, mb);\n"
+                  "  }\n"),
                  ("    int pend_u = 0;\n#pragma unroll\n    for (int u = 0; u < U; ++u) {\n      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n",
                   "    int pend_u = 0;\n    float vals[U][RPC];\n    bool have[U];\n#pragma unroll\n    for (int v = 0; v < U; ++v) have[v] = false;\n"
                   "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n"),
@@ -228,41 +270,13 @@ EDITS = {
     # each M block's two key tables loaded a unit ahead (after the previous M block's
     # conversion, before its wgmma) instead of just before the permutes that use them: the
     # LDS.128's latency off the warp's in-order stream, for 8 registers (exact)
-    "tabahead": [("  OPUS_DEV void convert_fast(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {\n",
-                  "  OPUS_DEV void block_tables(const uint32_t (&offsets)[S::VK], int mb, int ml, I8Table (&tab)[2]) const {\n"
-                  "    const uint32_t off = pick(offsets, mb >> 1);\n"
-                  "#pragma unroll\n"
-                  "    for (int k = 0; k < 2; ++k) tab[k] = sm.ktables[int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3];\n"
-                  "  }\n"
-                  "  OPUS_DEV void convert_fast_t(const uint4& raw0, const uint4& raw1, const I8Table& t0, const I8Table& t1,\n"
-                  "                               uint32_t (&a)[4][4]) const {\n"
-                  "    const uint32_t w0[4] = {raw0.x, raw0.y, raw0.z, raw0.w}, w1[4] = {raw1.x, raw1.y, raw1.z, raw1.w};\n"
-                  "#pragma unroll\n"
-                  "    for (int j = 0; j < 4; ++j) {\n"
-                  "      i8_key_word(w0[j], t0, ones, a[j][0], a[j][2]);\n"
-                  "      i8_key_word(w1[j], t1, ones, a[j][1], a[j][3]);\n"
-                  "    }\n"
-                  "  }\n"
-                  "  OPUS_DEV void convert_fast(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {\n"),
-                 ("    int pend_u = 0;\n#pragma unroll\n    for (int u = 0; u < U; ++u) {\n      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n",
-                  "    int pend_u = 0;\n    I8Table tab[2];\n    block_tables(offsets, mb0, 0, tab);\n"
-                  "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n"),
-                 ("        if (mb == S::MB - 1) release(empty);  // the stage's last read\n        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n",
-                  "        if (mb == S::MB - 1) release(empty);  // the stage's last read\n"
-                  "        (void)d;\n        const I8Table c0 = tab[0], c1 = tab[1];\n"
-                  "        if (ml + 1 < SPAN) block_tables(offsets, mb + 1, ml + 1, tab);\n"
-                  "        convert_fast_t(raw[0], raw[1], c0, c1, afr[ml & 1]);\n")],
+    "tabahead": [_TAB_FUNCS, _TAB_FIRST, (_RELEASE_CONVERT, _RELEASE + _TAB_NEXT + "        convert_fast_t(raw[0], raw[1], c0, c1, afr[ml & 1]);\n")],
     # each M block's key bytes read a unit ahead (after the previous M block's conversion is
     # issued; the stage released after that last read), for 8 registers (exact)
-    "rawahead": [("        if (mb > 0) load_raw(raw_base, mb, raw);  // M block 0's bytes came with the vote\n"
-                  "        if (mb == S::MB - 1) release(empty);  // the stage's last read\n"
-                  "        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n",
-                  "        const uint4 cur0 = raw[0], cur1 = raw[1];  // M block 0's came with the vote, the others a unit ago\n"
-                  "        if (mb + 1 < S::MB) {\n"
-                  "          load_raw(raw_base, mb + 1, raw);\n"
-                  "          if (mb + 1 == S::MB - 1) release(empty);  // the stage's last read\n"
-                  "        }\n"
-                  "        convert_fast(cur0, cur1, d[0], d[1], afr[ml & 1]);\n")],
+    "rawahead": [(_RAW_NOW + _RELEASE_CONVERT, _RAW_NEXT + "        convert_fast(cur0, cur1, d[0], d[1], afr[ml & 1]);\n")],
+    # both
+    "aheadboth": [_TAB_FUNCS, _TAB_FIRST,
+                  (_RAW_NOW + _RELEASE_CONVERT, _RAW_NEXT + _TAB_NEXT + "        convert_fast_t(cur0, cur1, c0, c1, afr[ml & 1]);\n")],
     # the Free split charging each group's start kPieceCost virtual units (no tiles): a program
     # whose range takes a group's start gets that many fewer tiles, since a piece costs a set-up
     # (and a ring fill) whatever its length (fourteenth session's stamps: the last CTA ends 12-14
@@ -403,18 +417,6 @@ struct WgmmaI8<128, KEY_U8> {
 # kernel's stage unrolled whole / as two rolled spans of two M blocks; the relu as the
 # saturating multiply / as the max on the accumulator's bits everywhere (both exact)
 EDITS["span4"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = MB;\n")]
-EDITS["aheadboth"] = EDITS["tabahead"][:2] + [(
-    "        if (mb > 0) load_raw(raw_base, mb, raw);  // M block 0's bytes came with the vote\n"
-    "        if (mb == S::MB - 1) release(empty);  // the stage's last read\n"
-    "        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n",
-    "        const uint4 cur0 = raw[0], cur1 = raw[1];  // M block 0's came with the vote, the others a unit ago\n"
-    "        if (mb + 1 < S::MB) {\n"
-    "          load_raw(raw_base, mb + 1, raw);\n"
-    "          if (mb + 1 == S::MB - 1) release(empty);  // the stage's last read\n"
-    "        }\n"
-    "        (void)d;\n        const I8Table c0 = tab[0], c1 = tab[1];\n"
-    "        if (ml + 1 < SPAN) block_tables(offsets, mb + 1, ml + 1, tab);\n"
-    "        convert_fast_t(cur0, cur1, c0, c1, afr[ml & 1]);\n")]
 EDITS["span2"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = 2;\n")]
 EDITS["relusat"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = false;\n")]
 EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = true;\n")]

@@ -1572,6 +1572,28 @@ __global__ void __launch_bounds__(128 * WGS, 1) minimum_kernel(float* sink, int 
       if constexpr ((FEAT & kVote) != 0) sum += bar_and(1 + wg, 128, ok) ? 0.0f : 1.0f;
     }
     float scale[2] = {1.0f, 1.0f};
+    // Unit q's wait (the last unit's drains), then its epilogue and its value stored or summed
+    auto retire = [&](int q, auto last) {
+      if constexpr (MMA) {
+        if constexpr (decltype(last)::value)
+          wgmma_wait<0>();
+        else
+          wgmma_wait<1>();
+        for (int i = 0; i < 32; ++i) pin(acc[q & 1][i]);
+      }
+      if constexpr (EPI != 0) {
+        // without wgmma: both operand buffers' 32 registers (16 would repeat, and ptxas shares the relu of equal ones)
+        auto get = [&](int i) { return MMA ? uint32_t(acc[q & 1][i]) : afr[(i >> 4) ^ ((q / NCH) & 1)][(i >> 2) & 3][i & 3]; };
+        const float v = min_unit<EPI, false, !MMA>(get, w[q % NCH], t);
+        if constexpr ((FEAT & kStore) != 0) {
+          if (t < 2) out[(q / NCH) * 16 + 8 * t + (q % NCH)] = v * scale[(q / NCH) & 1];
+        } else {
+          sum += v;
+        }
+      } else {
+        sum += __int_as_float(acc[q & 1][0]);  // one use: else ptxas drops the wgmma whose sums nobody reads
+      }
+    };
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int mb = u / NCH, ch = u % NCH;
@@ -1615,41 +1637,9 @@ __global__ void __launch_bounds__(128 * WGS, 1) minimum_kernel(float* sink, int 
         }
         wgmma_commit();
       }
-      if (u > 0 && (MMA || EPI)) {
-        const int q = u - 1;
-        if constexpr (MMA) {
-          wgmma_wait<1>();
-          for (int i = 0; i < 32; ++i) pin(acc[q & 1][i]);
-        }
-        if constexpr (EPI != 0) {
-          // without wgmma: both operand buffers' 32 registers (16 would repeat, and ptxas shares the relu of equal ones)
-          auto get = [&](int i) { return MMA ? uint32_t(acc[q & 1][i]) : afr[(i >> 4) ^ ((q / NCH) & 1)][(i >> 2) & 3][i & 3]; };
-          const float v = min_unit<EPI, false, !MMA>(get, w[q % NCH], t);
-          if constexpr ((FEAT & kStore) != 0) {
-            if (t < 2) out[(q / NCH) * 16 + 8 * t + (q % NCH)] = v * scale[(q / NCH) & 1];
-          } else {
-            sum += v;
-          }
-        } else {
-          sum += __int_as_float(acc[q & 1][0]);  // one use: else ptxas drops the wgmma whose sums nobody reads
-        }
-      }
+      if (u > 0 && (MMA || EPI)) retire(u - 1, std::false_type{});
     }
-    if constexpr (MMA) {
-      wgmma_wait<0>();
-      for (int i = 0; i < 32; ++i) pin(acc[(U - 1) & 1][i]);
-    }
-    if constexpr (EPI != 0) {
-      auto get = [&](int i) { return MMA ? uint32_t(acc[(U - 1) & 1][i]) : afr[(i >> 4) ^ 1][(i >> 2) & 3][i & 3]; };
-      const float v = min_unit<EPI, false, !MMA>(get, w[(U - 1) % NCH], t);
-      if constexpr ((FEAT & kStore) != 0) {
-        if (t < 2) out[3 * 16 + 8 * t + NCH - 1] = v * scale[1];
-      } else {
-        sum += v;
-      }
-    } else {
-      sum += __int_as_float(acc[(U - 1) & 1][0]);
-    }
+    retire(U - 1, std::true_type{});
   }
   uint32_t x[8];
 #pragma unroll
@@ -1676,6 +1666,31 @@ __global__ void __launch_bounds__(128 * WGS, 1) minimum_fp8_kernel(float* sink, 
   float sum = 0.0f;
   constexpr int U = 4 * NCH;
   for (int b = 0; b < blocks; b += 4) {
+    // Unit q's wait (the last unit's drains), then its epilogue summed; without wgmma its
+    // accumulators from shared memory at rotation rot, stage by stage (else hoisted)
+    auto retire = [&](int q, int rot, auto last) {
+      if constexpr (MMA) {
+        if constexpr (decltype(last)::value)
+          wgmma_wait<0>();
+        else
+          wgmma_wait<1>();
+        for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(acc[q & 1][i])::"memory");
+      }
+      if constexpr (EPI && !MMA) {
+        const float4* at = reinterpret_cast<const float4*>(smem + (((b >> 2) + rot) & 7) * 4096 + (tid % 128) * 32);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float4 v = at[i & 1 ? 512 * (i / 2) + 1 : 512 * (i / 2)];
+          acc[q & 1][4 * i] = v.x, acc[q & 1][4 * i + 1] = v.y, acc[q & 1][4 * i + 2] = v.z, acc[q & 1][4 * i + 3] = v.w;
+        }
+      }
+      if constexpr (EPI) {
+        auto get = [&](int i) { return __float_as_uint(acc[q & 1][i]); };
+        sum += min_unit<3, true, !MMA>(get, w[q % NCH], t);
+      } else {
+        sum += acc[q & 1][0];
+      }
+    };
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int mb = u / NCH, ch = u % NCH;
@@ -1688,46 +1703,9 @@ __global__ void __launch_bounds__(128 * WGS, 1) minimum_fp8_kernel(float* sink, 
                          smem_desc_at(base + 32768 + j * (N * 32) + ch * 8 * 256, 128, 256));
         wgmma_commit();
       }
-      if (u > 0) {
-        const int q = u - 1;
-        if constexpr (MMA) {
-          wgmma_wait<1>();
-          for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(acc[q & 1][i])::"memory");
-        }
-        if constexpr (EPI && !MMA) {  // the accumulators from shared memory, stage by stage (else hoisted)
-          const float4* at = reinterpret_cast<const float4*>(smem + (((b >> 2) + q) & 7) * 4096 + (tid % 128) * 32);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            const float4 v = at[i & 1 ? 512 * (i / 2) + 1 : 512 * (i / 2)];
-            acc[q & 1][4 * i] = v.x, acc[q & 1][4 * i + 1] = v.y, acc[q & 1][4 * i + 2] = v.z, acc[q & 1][4 * i + 3] = v.w;
-          }
-        }
-        if constexpr (EPI) {
-          auto get = [&](int i) { return __float_as_uint(acc[q & 1][i]); };
-          sum += min_unit<3, true, !MMA>(get, w[q % NCH], t);
-        } else {
-          sum += acc[q & 1][0];
-        }
-      }
+      if (u > 0) retire(u - 1, u - 1, std::false_type{});
     }
-    if constexpr (MMA) {
-      wgmma_wait<0>();
-      for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(acc[(U - 1) & 1][i])::"memory");
-    }
-    if constexpr (EPI && !MMA) {
-      const float4* at = reinterpret_cast<const float4*>(smem + (((b >> 2) + 5) & 7) * 4096 + (tid % 128) * 32);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float4 v = at[i & 1 ? 512 * (i / 2) + 1 : 512 * (i / 2)];
-        acc[1][4 * i] = v.x, acc[1][4 * i + 1] = v.y, acc[1][4 * i + 2] = v.z, acc[1][4 * i + 3] = v.w;
-      }
-    }
-    if constexpr (EPI) {
-      auto get = [&](int i) { return __float_as_uint(acc[(U - 1) & 1][i]); };
-      sum += min_unit<3, true, !MMA>(get, w[(U - 1) % NCH], t);
-    } else {
-      sum += acc[(U - 1) & 1][0];
-    }
+    retire(U - 1, 5, std::true_type{});
   }
   sink[blockIdx.x * blockDim.x + tid] = sum + acc[0][0] + acc[1][31];
 }
