@@ -12,9 +12,9 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,nc128 --ids 17        # MTP 2, one 128-column wgmma
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,splitr2,splitr2signed --ids 17,33  # MTP 2, the split body (id 33)
     python3 scripts/i8_ablations.py --out .gl/abl --variants stamps --ids 20,17 --rounds 1  # the start-up timeline (STAMPS=1)
-    python3 scripts/i8_ablations.py --out .gl/abl --variants base,setuproll,prefetchq,regtables --ids 20,17,16,18  # the set-up and the tables
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
-    python3 scripts/i8_ablations.py --apply setuproll   # land an exact variant the H200 measured (then the GPU suite)
+    python3 scripts/i8_ablations.py --apply prefetchq   # land an exact variant the H200 measured (then the GPU suite)
 
 Each variant is exact text edits of kernel_sm90_i8.cuh; an edit whose text is no longer there
 stops the script (the kernel changed: update the edit). A variant that ptxas builds with
@@ -220,12 +220,6 @@ EDITS = {
                   "    float rs[RPC][2];\n    if (unit_rows(U - 1, wv, rs)) {\n#pragma unroll\n      for (int lr = 0; lr < RPC; ++lr) vals[U - 1][lr] = row_value(rs[lr], scale[(SPAN - 1) & 1]);\n      have[U - 1] = true;\n    }\n"
                   "#pragma unroll\n    for (int v = 0; v < U; ++v) {\n      if (!have[v]) continue;\n      const int mb = mb0 + v / S::CHUNKS, ch = v % S::CHUNKS;\n"
                   "#pragma unroll\n      for (int lr = 0; lr < RPC; ++lr) put_row(H >= S::NC ? ch * S::NC / H : ch * RPC + lr, vals[v][lr], n0, mb);\n    }\n")],
-    # the group set-up's operand loop rolled (one copy of its body, the bias slice with it): the
-    # set-up runs once a group, at the instruction fetch's pace (fourteenth session's stamps:
-    # 2.3-2.8 us at r1w16, 4.1-4.4 at r2w12); the words by selects, not a local-memory array
-    "setuproll": [("  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n#pragma unroll\n",
-                   "  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n#pragma unroll 1\n"),
-                  ("      i8_word(words[i], sm.tables[shift], lo, hi);\n", "      i8_word(pick(words, i), sm.tables[shift], lo, hi);\n")],
     # the fast path's three key tables in registers where the consumers have them (two consumer
     # warpgroups, 224 registers: r2w12, r4w12, r1w12), loaded once a group; each key's table by
     # selects instead of an LDS.128 between the wgmma statements (exact; the one-chunk r1w16 keeps
@@ -277,40 +271,6 @@ EDITS = {
     # both
     "aheadboth": [_TAB_FUNCS, _TAB_FIRST,
                   (_RAW_NOW + _RELEASE_CONVERT, _RAW_NEXT + _TAB_NEXT + "        convert_fast_t(cur0, cur1, c0, c1, afr[ml & 1]);\n")],
-    # the Free split charging each group's start kPieceCost virtual units (no tiles): a program
-    # whose range takes a group's start gets that many fewer tiles, since a piece costs a set-up
-    # (and a ring fill) whatever its length (fourteenth session's stamps: the last CTA ends 12-14
-    # us after the first at MTP 1 64 x 64K). Free mode only (the harness's); exact: every tile
-    # still scored once, only who scores it moves
-    "piececost": [("worksplit.h", "    return cdiv_nonneg(qb - qa, rows) * span;\n  }\n",
-                   "    return cdiv_nonneg(qb - qa, rows) * (span > 0 ? span + kPieceCost : 0);\n  }\n"),
-                  ("worksplit.h", "struct Piece {\n", "constexpr int kPieceCost = 16;  // virtual units at each group's start\n\nstruct Piece {\n"),
-                  ("worksplit.h",
-                   "          const int j = lo / ntiles;\n"
-                   "          // the window's first tile, read again for each piece rather than kept in the\n"
-                   "          // iterator (whose state every body carries across its pieces)\n"
-                   "          const int tlo = sv.row_starts ? sv.start_of(qa, sv.end_of(qb - 1)) / kBlockN : 0;\n"
-                   "          p.b = b;\n"
-                   "          p.t0 = tlo + lo - j * ntiles;\n"
-                   "          p.t1 = tlo + imin(hi - j * ntiles, ntiles);\n"
-                   "          p.r0 = qa + j * rows;\n"
-                   "          p.r1 = imin(p.r0 + rows, qb);\n"
-                   "          lo = (j + 1) * ntiles;\n"
-                   "          return true;\n",
-                   "          const int stride = ntiles + kPieceCost;  // a group's virtual units, then its tiles\n"
-                   "          const int j = lo / stride;\n"
-                   "          const int a = imax(lo - j * stride - kPieceCost, 0), e = imin(hi - j * stride - kPieceCost, ntiles);\n"
-                   "          lo = (j + 1) * stride;\n"
-                   "          if (e <= a) continue;  // only the group's virtual units in range\n"
-                   "          const int tlo = sv.row_starts ? sv.start_of(qa, sv.end_of(qb - 1)) / kBlockN : 0;\n"
-                   "          p.b = b;\n"
-                   "          p.t0 = tlo + a;\n"
-                   "          p.t1 = tlo + e;\n"
-                   "          p.r0 = qa + j * rows;\n"
-                   "          p.r1 = imin(p.r0 + rows, qb);\n"
-                   "          return true;\n"),
-                  ("worksplit.h", "      units = cdiv_nonneg(qb - qa, rows) * span;\n",
-                   "      units = cdiv_nonneg(qb - qa, rows) * (span > 0 ? span + kPieceCost : 0);\n")],
     "onetable": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
                   "    const I8Table t0 = sm.ktables[0], t1 = sm.ktables[0];\n    (void)d0, (void)d1;\n")],
     # the split body (id 32): its converters' vote without the warpgroup barrier (exact on data
@@ -430,12 +390,15 @@ EDITS["nc128"] = [("  static constexpr int NC = N < 64 ? N : 64;       // column
 # ssplace with its barrier left out (timing only: a warp may read another's rows before they are
 # written), to read the barrier's share of its cost
 EDITS["ssplacenobar"] = [(old, new.replace("          bar_sync(2 + c, 128);\n", "")) for old, new in EDITS["ssplace"]]
+# the split's set-up units (args.h's kPieceCost, 16) at other values: what the charge should be
+for _cost in (8, 24, 32):
+    EDITS[f"pc{_cost}"] = [("args.h", "constexpr int kPieceCost = 16;", f"constexpr int kPieceCost = {_cost};")]
 COMBOS = {"noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
           "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],
           "nomemnovotenostoreonetable": ["nomem", "novote", "nostore", "onetable"],
-          "stampssetuproll": ["stamps", "setuproll"], "setuprollprefetchq": ["setuproll", "prefetchq"], "before": ["span4", "relusat"],
+          "before": ["span4", "relusat"],
           "simple": ["relusat", "nospread"],
           "splitr2signed": ["splitr2", "signedss"]}
 VARIANTS = ["base", *EDITS, *COMBOS]

@@ -320,9 +320,9 @@ def test_row_starts_shrink_the_work_and_leave_the_no_starts_split_as_it_was():
     give the same records and pieces as no row_starts."""
     qsl, ends = [0, 2, 3], [300, 301, 64]
     full = worksplit.seq_units(qsl, ends, 0, 2, 64)
-    assert full == (0, 2, 301, 0, 5, 5) and worksplit.seq_units(qsl, ends, 0, 2, 64, row_starts=[0, 0, 0]) == full
-    assert worksplit.seq_units(qsl, ends, 0, 2, 64, row_starts=[130, 131, 0]) == (0, 2, 301, 2, 3, 3)
-    assert worksplit.seq_units(qsl, ends, 1, 2, 64, row_starts=[0, 0, 64]) == (2, 3, 64, 1, 1, 0)  # empty window
+    assert full == (0, 2, 301, 0, 16 + 5, 16 + 5) and worksplit.seq_units(qsl, ends, 0, 2, 64, row_starts=[0, 0, 0]) == full
+    assert worksplit.seq_units(qsl, ends, 0, 2, 64, row_starts=[130, 131, 0]) == (0, 2, 301, 2, 16 + 3, 16 + 3)
+    assert worksplit.seq_units(qsl, ends, 1, 2, 64, row_starts=[0, 0, 64]) == (2, 3, 64, 1, 16, 0)  # empty window
     for qsl, ends in ragged_cases(seed=3):
         zeros = [0] * len(ends)
         assert all_pieces(qsl, ends, zeros, 2, 64, 5, 3) == all_pieces(qsl, ends, None, 2, 64, 5, 3)

@@ -24,6 +24,7 @@ from mqa_logits_mxfp4.backends.triton import instances as triton_instances
 from mqa_logits_mxfp4.core.modes import DECODE_MAX_QLEN, MODE_CODES, MODES, schedule_free_mode
 from mqa_logits_mxfp4.core.outputs import OUT_CODES
 from mqa_logits_mxfp4.core.records import RECORD_INTS
+from mqa_logits_mxfp4.worksplit.rules import PIECE_COST
 from mqa_logits_mxfp4.dispatch import registry
 from mqa_logits_mxfp4.worksplit.rules import seq_lanes
 
@@ -205,13 +206,14 @@ def _cpp_constant(text: str, pattern: str) -> str:
     return m.group(1)
 
 
-def test_mode_codes_and_record_size_agree_with_the_cpp_side():
+def test_mode_codes_record_size_and_piece_cost_agree_with_the_cpp_side():
     args = (CSRC / "args.h").read_text()
     enum = _cpp_constant(args, r"enum Mode : int32_t \{([^}]*)\}")
     codes = {re.sub(r"(?<!^)(?=[A-Z])", "_", n[len("kMode"):]).lower(): int(v)
              for n, v in re.findall(r"(kMode\w+)\s*=\s*(\d+)", enum)}
     assert codes == MODE_CODES and tuple(MODE_CODES) == MODES
     assert int(_cpp_constant(args, r"constexpr int kRecordInts = (\d+);")) == RECORD_INTS
+    assert int(_cpp_constant(args, r"constexpr int kPieceCost = (\d+);")) == PIECE_COST
 
 
 def test_out_codes_agree_with_the_cpp_side():

@@ -114,14 +114,14 @@ def rank_by_rows(cands: list[Instance], key) -> list[tuple[Instance, str]]:
 
 def grid_sizes(inst: Instance, key) -> tuple[int, tuple[int, int]]:
     """(Table/Free programs, (Prefill row groups, parts)) from static bounds only: one program
-    per CTA slot (at most the units the bounds allow); Prefill cuts each row group's key tiles
-    into enough parts to fill the slots."""
+    per CTA slot (at most one a (row group, key tile) the bounds allow); Prefill cuts each row
+    group's key tiles into enough parts to fill the slots."""
     tiles = math.ceil(key.max_seq_len / inst.block_n)
-    units = key.max_seqs * math.ceil(key.max_qlen / inst.rows) * tiles
+    group_tiles = key.max_seqs * math.ceil(key.max_qlen / inst.rows) * tiles
     slots = 4 if key.arch == "cpu" else key.cu_num * inst.ctas_per_sm
     groups = math.ceil(key.max_rows / inst.rows)
     parts = max(1, min(tiles, math.ceil(slots / groups)))
-    return max(1, min(slots, units)), (groups, parts)
+    return max(1, min(slots, group_tiles)), (groups, parts)
 
 
 MAX_COLS = 256  # rows x heads of one tile: the MMA's N and the accumulator's width

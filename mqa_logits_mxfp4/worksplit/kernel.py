@@ -12,8 +12,10 @@ import triton
 import triton.language as tl
 
 from ..core.records import RECORD_INTS as _RECORD_INTS
+from .rules import PIECE_COST as _PIECE_COST
 
 RECORD_INTS: tl.constexpr = tl.constexpr(_RECORD_INTS)
+PIECE_COST: tl.constexpr = tl.constexpr(_PIECE_COST)
 
 
 @triton.jit
@@ -60,7 +62,7 @@ def cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
     n = qb - qa
     end = row_end(re_ptr, qb - 1, seq_cap, smask & (n > 0))
     lo, span = seq_tiles(rs_ptr, qa, end, smask & (n > 0), BLOCK_N, HAS_STARTS)
-    units = tl.cdiv(n, R) * span
+    units = tl.cdiv(n, R) * tl.where(span > 0, PIECE_COST + span, 0)
     total = tl.sum(units, axis=0).to(tl.int64)
     u_begin = ((pid * total) // nprog).to(tl.int32)
     u_end = (((pid + 1) * total) // nprog).to(tl.int32)

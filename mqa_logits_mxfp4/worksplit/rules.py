@@ -1,11 +1,18 @@
 """The work split every schedule mode uses, written once in plain Python.
 
-This is the executable statement of the rules every backend follows: units are (row group,
-key tile) pairs numbered sequence-major, group-major, tile-minor; sequence b has
+This is the executable statement of the rules every backend follows: sequence b has
 ceil(rows_b / R) groups of up to R rows, each with the key tiles [lo_b, hi_b) of the sequence's
 window: hi_b = ceil(end_b / BLOCK_N) for end_b the row_end of its last row, lo_b =
-start_b // BLOCK_N for start_b the row_start of its first row (0 without `row_starts`); program
-p of G takes units [p*total//G, (p+1)*total//G). Prefill program (g, part) takes global rows
+start_b // BLOCK_N for start_b the row_start of its first row (0 without `row_starts`). Units
+are numbered sequence-major, group-major: a group with span = hi_b - lo_b > 0 tiles holds
+PIECE_COST + span units, first PIECE_COST that stand for its set-up and hold no tile, then one
+unit a key tile (a group with no tile holds none); program p of G takes units
+[p*total//G, (p+1)*total//G). The set-up units make the split even in time, not only in
+tiles: a piece costs its set-up (query rows into the operand, the key ring's first fill)
+whatever its length, so a program that starts a group scores PIECE_COST tiles fewer (a
+program whose range begins inside a group sets that one up uncharged: every program but the
+first does, so it is common to them; docs/perf-notes.md, fifteenth session: 2-9% off ragged
+decode batches). Prefill program (g, part) takes global rows
 [g*R, g*R+R), split at sequence starts, and cuts each piece's tiles [start // BLOCK_N,
 ceil(end / BLOCK_N)) (its first row's start, its last row's end) into `parts` equal shares.
 Tile numbers in pieces are the sequence's own (absolute): key n lies in tile n // BLOCK_N.
@@ -36,6 +43,8 @@ Piece = tuple[int, int, int, int, int]
 
 NO_CAP = 2**31 - 1  # row ends are int32: a cap that clamps nothing from above
 
+PIECE_COST = 16  # units a group's set-up is charged before its tiles (backends/opus/csrc/args.h: kPieceCost)
+
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -64,14 +73,15 @@ def row_start(row_starts: Sequence[int] | None, r: int, end: int) -> int:
 def seq_units(qsl: Sequence[int], row_ends: Sequence[int], b: int, rows: int, block_n: int,
               cap: int = NO_CAP, row_starts: Sequence[int] | None = None
               ) -> tuple[int, int, int, int, int, int]:
-    """(qa, qb, end, lo, ntiles, units) of sequence b: its groups score tiles [lo, lo + span),
-    span = ceil(end / block_n) - lo; ntiles = max(span, 1) (a stride, not a count)."""
+    """(qa, qb, end, lo, stride, units) of sequence b: its groups score tiles [lo, lo + span),
+    span = ceil(end / block_n) - lo, each group taking stride = PIECE_COST + span units (none
+    at all when span is 0)."""
     qa = seq_start(qsl, b, len(row_ends))
     qb = max(seq_start(qsl, b + 1, len(row_ends)), qa)
     end = row_end(row_ends, qb - 1, cap) if qb > qa else 0
     lo = row_start(row_starts, qa, end) // block_n if qb > qa else 0
     span = cdiv(end, block_n) - lo
-    return qa, qb, end, lo, max(span, 1), cdiv(qb - qa, rows) * span
+    return qa, qb, end, lo, PIECE_COST + span, cdiv(qb - qa, rows) * (PIECE_COST + span if span > 0 else 0)
 
 
 def cta_range(qsl: Sequence[int], row_ends: Sequence[int], pid: int, nprog: int, rows: int,
@@ -113,18 +123,19 @@ def free_work(qsl: Sequence[int], row_ends: Sequence[int], u: int, u_end: int, b
     """The pieces a Table/Free program scores, from its (u_begin, u_end, b, base)."""
     num_seqs = len(qsl) - 1
     while u < u_end and 0 <= b < num_seqs:  # b < 0, u < base: only from corrupted records
-        qa, qb, end, tlo, ntiles, units = seq_units(qsl, row_ends, b, rows, block_n, cap, row_starts)
+        qa, qb, end, tlo, stride, units = seq_units(qsl, row_ends, b, rows, block_n, cap, row_starts)
         lo = max(u - base, 0)
         hi = min(u_end - base, units)
         if hi > lo:
             u = base + hi
         while lo < hi:  # the groups this program touches, each with its own tile range
-            j = lo // ntiles
-            t0 = lo - j * ntiles
-            t1 = min(hi - j * ntiles, ntiles)
+            j = lo // stride
+            t0 = max(lo - j * stride - PIECE_COST, 0)
+            t1 = min(hi - j * stride, stride) - PIECE_COST
             r0 = qa + j * rows
-            yield b, r0, min(r0 + rows, qb), tlo + t0, tlo + t1
-            lo = (j + 1) * ntiles
+            if t1 > t0:  # not only set-up units of group j
+                yield b, r0, min(r0 + rows, qb), tlo + t0, tlo + t1
+            lo = (j + 1) * stride
         base += units
         b += 1
 

@@ -44,7 +44,7 @@ import flydsl.expr as fx
 from flydsl.expr import const_expr, gpu, range_constexpr, rocdl
 from flydsl.expr.typing import T, Vector
 
-from .spec import HEAD_DIM, MODE_PREFILL, MODE_TABLE, MODES, RECORD_INTS, KernelSpec
+from .spec import HEAD_DIM, MODE_PREFILL, MODE_TABLE, MODES, PIECE_COST, RECORD_INTS, KernelSpec
 
 UNIT_SCALES = 0x7F7F7F7F      # E8M0 127 = 1.0 in every byte
 # The mxsc rule, as the opus gfx9 bodies' (kernel_gfx9.cuh kFullScale*, kFullWeightHi; a test
@@ -412,7 +412,7 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
             end = row_end(re, qb - 1, seq_cap)
         groups = _cdiv(n, R)
         _, span = seq_tiles(rs, qa, end, n > 0)
-        return groups * span
+        return groups * (span > 0).select(span + PIECE_COST, fx.Int32(0))
 
     @flyc.jit
     def prefill_body(q, qs, kv, ks, w, bt, qsl, re, rs, out, oo, num_seqs, num_rows, num_pages, seq_cap,
@@ -458,21 +458,22 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
             if qb > qa:
                 end = row_end(re, qb - 1, seq_cap)
             tlo, span = seq_tiles(rs, qa, end, qb > qa)
-            ntiles = _imax(span, fx.Int32(1))
-            units = _cdiv(qb - qa, R) * span
+            stride = span + PIECE_COST  # a group's units: its set-up's, then its tiles
+            units = _cdiv(qb - qa, R) * (span > 0).select(stride, fx.Int32(0))
             lo = _imax(u - base, fx.Int32(0))  # negative only for corrupted records
             hi = _imin(u_end - base, units)
             u = (hi > lo).select(base + hi, u)
             while lo < hi:  # the groups this program touches, each with its own tile range
-                j = lo // ntiles
-                t0 = lo - j * ntiles
-                t1 = _imin(hi - j * ntiles, ntiles)
+                j = lo // stride
+                t0 = _imax(lo - j * stride - PIECE_COST, fx.Int32(0))
+                t1 = _imin(hi - j * stride, stride) - PIECE_COST
                 r0 = qa + j * R
                 r1 = _imin(r0 + R, qb)
-                score_group(q, qs, kv, ks, w, bt, re, rs, out, oo, num_pages, seq_cap, out_numel,
-                            stride_w, stride_bt, stride_out, b, r0, r1, tlo + t0, tlo + t1, tid, wave, lane,
-                            lds_q, lds_s, lds_w, lds_qw, lds_ok)
-                lo = (j + 1) * ntiles
+                if t1 > t0:  # not only set-up units of group j
+                    score_group(q, qs, kv, ks, w, bt, re, rs, out, oo, num_pages, seq_cap, out_numel,
+                                stride_w, stride_bt, stride_out, b, r0, r1, tlo + t0, tlo + t1, tid, wave, lane,
+                                lds_q, lds_s, lds_w, lds_qw, lds_ok)
+                lo = (j + 1) * stride
             base = base + units
             b = b + 1
 

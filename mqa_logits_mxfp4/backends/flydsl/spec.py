@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, replace
 from ...core.modes import MODE_CODES as MODES
 from ...core.outputs import OUT_CODES
 from ...core.records import RECORD_INTS  # noqa: F401 (the kernels' record stride)
+from ...worksplit.rules import PIECE_COST  # noqa: F401 (a group's set-up units in the split)
 from .instances import INSTANCES
 
 MODE_TABLE, MODE_FREE, MODE_PREFILL = MODES["table"], MODES["free"], MODES["prefill"]

@@ -7,8 +7,8 @@ docs/numerics.md's canonical order in all of them, so they are bitwise identical
 
 Work units (Free and Table): sequence b has ceil(rows_b / R) groups, each with the key tiles
 [lo_b, ceil(end_b / BLOCK_N)) (end_b: the sequence's last row_end; lo_b: its first row_start //
-BLOCK_N, 0 without row_starts); units are numbered
-sequence-major, group-major, tile-minor, and program p takes units
+BLOCK_N, 0 without row_starts); a group with span > 0 tiles holds PIECE_COST set-up units, then
+one unit a tile; units are numbered sequence-major, group-major, and program p takes units
 [p * total // G, (p + 1) * total // G). worksplit/rules.py states these rules in plain Python;
 every backend's kernels transcribe it, and worksplit/kernel.py's `cta_range` (shared with the
 Table-records kernel) is Free mode's split here.
@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from ...core.modes import MODE_CODES
-from ...worksplit.kernel import RECORD_INTS, cta_range, row_end, row_start, seq_start, seq_tiles
+from ...worksplit.kernel import PIECE_COST, RECORD_INTS, cta_range, row_end, row_start, seq_start, seq_tiles
 from .instances import MMA_KINDS
 
 MODE_TABLE: tl.constexpr = tl.constexpr(MODE_CODES["table"])
@@ -255,22 +255,23 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
             qb = tl.maximum(seq_start(qsl_ptr, b + 1, num_rows, None), qa)
             end = row_end(re_ptr, qb - 1, seq_cap, qb > qa)
             tlo, span = seq_tiles(rs_ptr, qa, end, qb > qa, BLOCK_N, HAS_STARTS)
-            ntiles = tl.maximum(span, 1)
-            units = tl.cdiv(qb - qa, R) * span
+            stride = PIECE_COST + span  # a group's units: its set-up's, then its tiles
+            units = tl.cdiv(qb - qa, R) * tl.where(span > 0, stride, 0)
             lo = tl.maximum(u - base, 0)  # negative only for corrupted records
             hi = tl.minimum(u_end - base, units)
             u = tl.where(hi > lo, base + hi, u)
             while lo < hi:  # the groups this program touches, each with its own tile range
-                j = lo // ntiles
-                t0 = lo - j * ntiles
-                t1 = tl.minimum(hi - j * ntiles, ntiles)
+                j = lo // stride
+                t0 = tl.maximum(lo - j * stride - PIECE_COST, 0)
+                t1 = tl.minimum(hi - j * stride, stride) - PIECE_COST
                 r0 = qa + j * R
                 r1 = tl.minimum(r0 + R, qb)
-                _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, rs_ptr, out_ptr, oo_ptr,
-                             num_pages, seq_cap, out_numel, stride_w, stride_bt, stride_out,
-                             b, r0, r1, tlo + t0, tlo + t1,
-                             HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FLAT_OUT, HAS_STARTS,
-                             NARROW_OUT, INTERP)
-                lo = (j + 1) * ntiles
+                if t1 > t0:  # not only set-up units of group j
+                    _score_group(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, re_ptr, rs_ptr, out_ptr, oo_ptr,
+                                 num_pages, seq_cap, out_numel, stride_w, stride_bt, stride_out,
+                                 b, r0, r1, tlo + t0, tlo + t1,
+                                 HEADS, LOG2_H, D, PAGE, PPB, GATHER, R, BLOCK_N, MMA, FLAT_OUT, HAS_STARTS,
+                                 NARROW_OUT, INTERP)
+                lo = (j + 1) * stride
             base += units
             b += 1

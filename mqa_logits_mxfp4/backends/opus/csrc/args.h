@@ -19,6 +19,7 @@ constexpr int kHeadBytes = 64;         // E2M1 bytes a head / a key
 constexpr int kScaleBlocks = 4;        // E8M0 scales a head / a key (32 elements each)
 constexpr int kBlockN = 64;            // keys a tile (also the unit size of the schedule records)
 constexpr int kRecordInts = 8;         // int32 a Table record (core/records.py's RECORD_INTS)
+constexpr int kPieceCost = 16;         // set-up units of a group in the split (worksplit/rules.py's PIECE_COST)
 
 struct LaunchArgs {
   const uint8_t* q;            // [num_rows, heads, 64]   contiguous

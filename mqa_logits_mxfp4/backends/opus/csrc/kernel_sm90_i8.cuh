@@ -517,16 +517,19 @@ struct I8Consumer {
         words[i] = *reinterpret_cast<const uint32_t*>(args.q + ((long long)row * H + h) * kHeadBytes + 16 * blk + 4 * j);
     }
   }
+  // Converts a thread's words. Groups of 8 or more words a thread (two rows and up) run it as a
+  // rolled loop: once a group, the set-up goes at the instruction fetch's pace, and one copy of
+  // the body took 3-4 us off r2w12's set-up on the H200 (docs/perf-notes.md, fifteenth session);
+  // the shorter one-row set-ups stay unrolled (rolled, they measured no faster).
+  static constexpr bool ROLL_SETUP = OPERAND_WORDS >= 8;
   OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {
-#pragma unroll
-    for (int i = 0; i < OPERAND_WORDS; ++i) {
+    auto word = [&](int i, uint32_t w) {
       const int idx = ct + i * S::CT;
-      if (idx >= S::N * 16) break;  // warp-uniform
       const int n = idx >> 4, blk = (idx >> 2) & 3, j = idx & 3;
       const uint32_t qs = sm.qscale[n];
       const int shift = fast ? byte_of(qs, blk) - min4(qs) : 0;
       uint32_t lo, hi;
-      i8_word(words[i], sm.tables[shift], lo, hi);
+      i8_word(w, sm.tables[shift], lo, hi);
       const int slice = SPLIT ? blk : j, slot = SPLIT ? j : blk;  // the order of I8Smem::qb
       uint8_t* core = sm.qb + slice * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * slot;
       *reinterpret_cast<uint32_t*>(core) = lo;
@@ -537,6 +540,19 @@ struct I8Consumer {
 #pragma unroll
         for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);
         bias_column(n, idx & 15, qsum);
+      }
+    };
+    if constexpr (ROLL_SETUP) {
+#pragma unroll 1
+      for (int i = 0; i < OPERAND_WORDS; ++i) {
+        if (ct + i * S::CT >= S::N * 16) break;  // warp-uniform
+        word(i, pick(words, i));
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < OPERAND_WORDS; ++i) {
+        if (ct + i * S::CT >= S::N * 16) break;  // warp-uniform
+        word(i, words[i]);
       }
     }
   }

@@ -1,10 +1,11 @@
 // The work split of every schedule mode: which (row group, key tiles) pieces a program scores.
 //
 // The same rules as backends/triton/kernels.py and their plain-Python statement
-// worksplit/rules.py: units are (row group, key tile) pairs numbered sequence-major,
-// group-major, tile-minor; sequence b has ceil(rows_b / R) groups of up to R rows, each with the
+// worksplit/rules.py: sequence b has ceil(rows_b / R) groups of up to R rows, each with the
 // tiles [lo_b, ceil(end_b / 64)) (end_b: the row_end of its last row; lo_b: the row_start of its
-// first row / 64, 0 without row_starts). A Table/Free program takes units [u_begin, u_end) and
+// first row / 64, 0 without row_starts); a group with span > 0 tiles holds kPieceCost units for
+// its set-up, then one unit a tile, numbered sequence-major, group-major (a piece costs its
+// set-up whatever its length, so the split charges it). A Table/Free program takes units [u_begin, u_end) and
 // walks them from sequence b with `base` units before it; Prefill program (group, part) takes
 // global rows [group*R, group*R + R), split at sequence starts, and the part-th of `parts` equal
 // cuts of each piece's tiles [start(r0) / 64, ceil(end(r1 - 1) / 64)). Pieces carry the
@@ -66,10 +67,12 @@ struct SeqView {
     lo = qb > qa ? start_of(qa, end) / kBlockN : 0;
     span = cdiv_nonneg(end, kBlockN) - lo;
   }
+  // a group's units: its set-up's, then its tiles; none without a tile
+  static OPUS_HD int group_units(int span) { return span > 0 ? kPieceCost + span : 0; }
   OPUS_HD int units(int b, int rows) const {
     int qa, qb, end, lo, span;
     bounds(b, qa, qb, end, lo, span);
-    return cdiv_nonneg(qb - qa, rows) * span;
+    return cdiv_nonneg(qb - qa, rows) * group_units(span);
   }
 };
 
@@ -83,24 +86,28 @@ OPUS_HD SeqView seq_view(const LaunchArgs& a) {
 // that both iterators share.)
 struct FreeIter {
   int u, u_end, b, base;
-  int lo = 0, hi = 0, ntiles = 1, qa = 0, qb = 0, units = 0;
+  int lo = 0, hi = 0, stride = kPieceCost, qa = 0, qb = 0, units = 0;
   bool in_seq = false;
 
   OPUS_HD bool next(const SeqView& sv, int rows, Piece& p) {
     while (true) {
       if (in_seq) {
         if (lo < hi) {  // the groups this program touches, each with its own tile range
-          const int j = lo / ntiles;
-          // the window's first tile, read again for each piece rather than kept in the
-          // iterator (whose state every body carries across its pieces)
-          const int tlo = sv.row_starts ? sv.start_of(qa, sv.end_of(qb - 1)) / kBlockN : 0;
-          p.b = b;
-          p.t0 = tlo + lo - j * ntiles;
-          p.t1 = tlo + imin(hi - j * ntiles, ntiles);
-          p.r0 = qa + j * rows;
-          p.r1 = imin(p.r0 + rows, qb);
-          lo = (j + 1) * ntiles;
-          return true;
+          const int j = lo / stride;
+          const int t0 = imax(lo - j * stride - kPieceCost, 0), t1 = imin(hi - j * stride, stride) - kPieceCost;
+          lo = (j + 1) * stride;
+          if (t1 > t0) {
+            // the window's first tile, read again for each piece rather than kept in the
+            // iterator (whose state every body carries across its pieces)
+            const int tlo = sv.row_starts ? sv.start_of(qa, sv.end_of(qb - 1)) / kBlockN : 0;
+            p.b = b;
+            p.t0 = tlo + t0;
+            p.t1 = tlo + t1;
+            p.r0 = qa + j * rows;
+            p.r1 = imin(p.r0 + rows, qb);
+            return true;
+          }
+          // only set-up units of group j: the range ends in them, so this sequence is done
         }
         base += units;
         b += 1;
@@ -109,8 +116,8 @@ struct FreeIter {
       if (!(u < u_end && b < sv.num_seqs) || b < 0) return false;
       int end, tlo, span;
       sv.bounds(b, qa, qb, end, tlo, span);
-      ntiles = imax(span, 1);
-      units = cdiv_nonneg(qb - qa, rows) * span;
+      stride = kPieceCost + span;
+      units = cdiv_nonneg(qb - qa, rows) * SeqView::group_units(span);
       lo = imax(u - base, 0);  // negative only for a corrupted record
       hi = imin(u_end - base, units);
       if (hi > lo) u = base + hi;
