@@ -12,6 +12,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,nc128 --ids 17        # MTP 2, one 128-column wgmma
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,splitr2,splitr2signed --ids 17,33  # MTP 2, the split body (id 33)
     python3 scripts/i8_ablations.py --out .gl/abl --variants stamps --ids 20,17 --rounds 1  # the start-up timeline (STAMPS=1)
+    python3 scripts/i8_ablations.py --out .gl/abl --variants ctaends --ids 20,17 --rounds 1  # every CTA's start, end, SM and share
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
     python3 scripts/i8_ablations.py --apply prefetchq   # land an exact variant the H200 measured (then the GPU suite)
@@ -346,6 +347,25 @@ EDITS["stamps"] = [
      "    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n  if (ct == 0 && blockIdx.x == 0) TS(12);\n  if (ct == 0) TS_MAX(13);\n"
      "  if (ct == 0) TS_MIN(17);\n}\n"),
 ]
+# Every CTA's record from path_stats word 32 on (the harness prints them with STAMPS=1): its SM and
+# start (thread 0, at entry), its end (the last consumer warpgroup to finish its pieces: a maximum),
+# and its share (consumer 0's pieces and tiles). Not an ablation: a few stores a CTA. Not
+# combinable with "stamps" (both edit the consumers' loop).
+_CTA_NOW = ("__device__ __forceinline__ unsigned long long cta_now() {\n"
+            "  unsigned long long t;\n  asm volatile(\"mov.u64 %0, %globaltimer;\" : \"=l\"(t));\n  return t;\n}\n")
+EDITS["ctaends"] = [
+    ("// ------------------------------------------------------------------------------------ producer\n",
+     _CTA_NOW + "// ------------------------------------------------------------------------------------ producer\n"),
+    ("  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n",
+     "  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n"
+     "  if (tid == 0 && args.path_stats) {\n    unsigned smid;\n    asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n"
+     "    args.path_stats[32 + 4 * blockIdx.x + 1] = smid;\n    args.path_stats[32 + 4 * blockIdx.x + 2] = cta_now();\n  }\n"),
+    ("  while (walk.next(args, R, p))\n    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n}\n",
+     "  int npieces = 0, ntiles = 0;\n  while (walk.next(args, R, p))\n    if (p.r1 > p.r0 && p.t1 > p.t0) {\n"
+     "      cons.piece(p);\n      ++npieces;\n      ntiles += p.t1 - p.t0;\n    }\n"
+     "  if (ct % 128 == 0 && args.path_stats) {\n    atomicMax(&args.path_stats[32 + 4 * blockIdx.x], cta_now());\n"
+     "    if (ct == 0) args.path_stats[32 + 4 * blockIdx.x + 3] = (unsigned long long)npieces << 32 | unsigned(ntiles);\n  }\n}\n"),
+]
 # the start-up's floor: the kernel returns before any work (the launch of this grid, block and
 # shared memory alone), or right after the Free-mode scan and the CTA barrier (wrong logits)
 EDITS["exit0"] = [("  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n",
@@ -498,7 +518,7 @@ def main() -> int:
         for v in variants:
             for i in ids:
                 for shape in (a.shapes.split(";") if a.shapes else SHAPES.get(i, [])):
-                    env = "STAMPS=1 " if "stamps" in COMBOS.get(v, [v]) else ""
+                    env = "STAMPS=1 " if {"stamps", "ctaends"} & set(COMBOS.get(v, [v])) else ""
                     lines.append(f'echo -n "{v}: "; {env}timeout 60 ./bin/{v} {i} {shape} 20')
     (a.out / "run.sh").write_text("\n".join(lines) + "\n")
     print(f"wrote {a.out / 'run.sh'}")

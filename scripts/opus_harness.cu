@@ -15,7 +15,8 @@
 // canonical stage counts (path_stats), the check's worst error in units of A, and how many cells
 // of REPEATS (default 8) more launches differ bitwise from the first launch's (a race detector).
 // With STAMPS=1 and a kernel built with scripts/i8_ablations.py's "stamps" variant, three more
-// launches print the start-up timeline the kernel wrote into path_stats from word 8 on. With
+// launches print the start-up timeline the kernel wrote into path_stats from word 8 on (and, with
+// the "ctaends" variant, every CTA's start, end, SM and share from word 32 on). With
 // WARM=1 it also prints the mean time of launches back to back (no flush, L2 warm). With
 // CODEWARM=1 every timed launch follows the flush and one untimed launch on copies of the inputs:
 // the kernel's code is warm, its data cold.
@@ -84,6 +85,41 @@ TensorDesc desc(const void* p, int32_t dtype, std::vector<int64_t> sizes) {
 
 }  // namespace
 
+// The ctaends variant's records (kCtaWords words a CTA: end, SM, start, pieces << 32 | tiles; an
+// unwritten record's start is 0): the spread of the CTAs' ends, the four latest and earliest with
+// their shares, and every CTA's end in SM order (which SMs end late launch after launch).
+static void print_cta_ends(const unsigned long long* rec, int stride, int max_ctas, float event_us) {
+  struct Cta { int b, sm, pieces, tiles; double start, end; };
+  std::vector<Cta> v;
+  unsigned long long t0 = ~0ull;
+  for (int b = 0; b < max_ctas && rec[b * stride + 2] != 0; ++b) t0 = std::min(t0, rec[b * stride + 2]);
+  for (int b = 0; b < max_ctas && rec[b * stride + 2] != 0; ++b) {
+    const unsigned long long* r = rec + b * stride;
+    v.push_back({b, int(r[1]), int(r[3] >> 32), int(r[3] & 0xFFFFFFFFu), (double(r[2]) - double(t0)) / 1e3,
+                 (double(r[0]) - double(t0)) / 1e3});
+  }
+  std::vector<Cta> by_end = v;
+  std::sort(by_end.begin(), by_end.end(), [](const Cta& a, const Cta& b) { return a.end < b.end; });
+  const auto q = [&](double f) { return by_end[std::min(by_end.size() - 1, size_t(f * by_end.size()))].end; };
+  double last_start = 0;
+  for (const Cta& c : v) last_start = std::max(last_start, c.start);
+  std::printf("  CTA ends (%zu CTAs, us after the first start; event time %.1f): first %.2f, p10 %.2f, p50 %.2f, "
+              "p90 %.2f, last %.2f; last start %.2f\n", v.size(), event_us, by_end.front().end, q(0.1), q(0.5), q(0.9),
+              by_end.back().end, last_start);
+  const auto show = [](const char* what, const Cta& c) {
+    std::printf(" %s cta %d sm %d start %.2f end %.2f pieces %d tiles %d;", what, c.b, c.sm, c.start, c.end, c.pieces, c.tiles);
+  };
+  std::printf("  earliest:");
+  for (size_t i = 0; i < std::min<size_t>(4, by_end.size()); ++i) show("", by_end[i]);
+  std::printf("\n  latest:");
+  for (size_t i = 0; i < std::min<size_t>(4, by_end.size()); ++i) show("", by_end[by_end.size() - 1 - i]);
+  std::vector<Cta> by_sm = v;
+  std::sort(by_sm.begin(), by_sm.end(), [](const Cta& a, const Cta& b) { return a.sm != b.sm ? a.sm < b.sm : a.b < b.b; });
+  std::printf("\n  ends by SM (sm:end):");
+  for (const Cta& c : by_sm) std::printf(" %d:%.1f", c.sm, c.end);
+  std::printf("\n");
+}
+
 int main(int argc, char** argv) {
   if (argc < 5) {
     std::printf("usage: %s INSTANCE_ID ROWS_PER_SEQ SEQS KEYS [ITERS] [SPREAD]\n", argv[0]);
@@ -129,7 +165,9 @@ int main(int argc, char** argv) {
   unsigned long long* dstats = nullptr;
   check(cudaMalloc(&dout, size_t(rows) * ctx * 4), "cudaMalloc out");
   check(cudaMemset(dout, 0xFF, size_t(rows) * ctx * 4), "poison out");  // NaN: unwritten cells fail the check
-  constexpr int kStatWords = 32;  // 2 path counts, then the stamps variant's words 8..
+  // 2 path counts, the stamps variant's words 8..31, then the ctaends variant's kCtaWords a CTA
+  constexpr int kCtaWord0 = 32, kCtaWords = 4, kMaxCtas = 1024;
+  constexpr int kStatWords = kCtaWord0 + kCtaWords * kMaxCtas;
   check(cudaMalloc(&dstats, kStatWords * 8), "cudaMalloc path_stats");
   check(cudaMemset(dstats, 0, kStatWords * 8), "cudaMemset path_stats");
   int sms = 0;
@@ -289,19 +327,24 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < 3; ++rep) {
       std::vector<unsigned long long> words(kStatWords, ~0ull);  // the once-stamps take the minimum
       words[0] = words[1] = words[9] = words[21] = 0;              // path counts; the two maxima
+      std::fill(words.begin() + kCtaWord0, words.end(), 0ull);     // the CTA records: 0 = not written
       check(cudaMemcpy(dstats, words.data(), kStatWords * 8, cudaMemcpyHostToDevice), "reset stamps");
       const float t = cold_launch_us(rep);
       check(cudaMemcpy(words.data(), dstats, kStatWords * 8, cudaMemcpyDeviceToHost), "stamps");
-      if (words[8] == ~0ull) {
-        std::printf("  no stamps: build the kernel tree with i8_ablations.py --variants stamps\n");
+      const bool timeline = words[8] != ~0ull, ctas = words[kCtaWord0 + 2] != 0;
+      if (!timeline && !ctas) {
+        std::printf("  no stamps: build the kernel tree with i8_ablations.py --variants stamps (or ctaends)\n");
         break;
       }
-      std::printf("  stamps (us after the first CTA's start; event time %.1f):", t);
-      for (int i = 0; i < kNames; ++i) {  // a stamp the tree does not write stays at its reset value
-        const unsigned long long w = words[9 + i];
-        if (w != 0 && w != ~0ull) std::printf("%s %s %.2f", i ? "," : "", names[i], (double(w) - double(words[8])) / 1e3);
+      if (timeline) {
+        std::printf("  stamps (us after the first CTA's start; event time %.1f):", t);
+        for (int i = 0; i < kNames; ++i) {  // a stamp the tree does not write stays at its reset value
+          const unsigned long long w = words[9 + i];
+          if (w != 0 && w != ~0ull) std::printf("%s %s %.2f", i ? "," : "", names[i], (double(w) - double(words[8])) / 1e3);
+        }
+        std::printf("\n");
       }
-      std::printf("\n");
+      if (ctas) print_cta_ends(words.data() + kCtaWord0, kCtaWords, kMaxCtas, t);
     }
   }
   return bad || differ ? 3 : 0;
