@@ -13,6 +13,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,splitr2,splitr2signed --ids 17,33  # MTP 2, the split body (id 33)
     python3 scripts/i8_ablations.py --out .gl/abl --variants stamps --ids 20,17 --rounds 1  # the start-up timeline (STAMPS=1)
     python3 scripts/i8_ablations.py --out .gl/abl --variants ctaends --ids 20,17 --rounds 1  # every CTA's start, end, SM and share
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
     python3 scripts/i8_ablations.py --apply prefetchq   # land an exact variant the H200 measured (then the GPU suite)
@@ -410,6 +411,11 @@ EDITS["nc128"] = [("  static constexpr int NC = N < 64 ? N : 64;       // column
 # ssplace with its barrier left out (timing only: a warp may read another's rows before they are
 # written), to read the barrier's share of its cost
 EDITS["ssplacenobar"] = [(old, new.replace("          bar_sync(2 + c, 128);\n", "")) for old, new in EDITS["ssplace"]]
+# the group set-up's operand loop unrolled at every size (before the fifteenth session, the rolled
+# loop was only measured in Free mode: this is the check for Prefill, whose CTAs set up a group
+# for every piece)
+EDITS["unrollsetup"] = [("  static constexpr bool ROLL_SETUP = OPERAND_WORDS >= 8;\n",
+                         "  static constexpr bool ROLL_SETUP = false;\n")]
 # the split's set-up units (args.h's kPieceCost, 16) at other values: what the charge should be
 for _cost in (8, 24, 32):
     EDITS[f"pc{_cost}"] = [("args.h", "constexpr int kPieceCost = 16;", f"constexpr int kPieceCost = {_cost};")]
@@ -490,6 +496,8 @@ def main() -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
     ap.add_argument("--ids", default="20,31", help="registry ids to keep (their 64-head kernels)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--prefill", action="store_true", help="time Prefill-mode calls (the harness's PREFILL=1); "
+                    "give the shapes, e.g. --shapes '16384 1 16384'")
     ap.add_argument("--shapes", default="", help="';'-separated 'ROWS SEQS KEYS' for every id instead of the defaults")
     ap.add_argument("--csrc", type=Path, default=CSRC, help="the kernel tree to start from (default: this checkout's; "
                     "e.g. an older commit's, from `git archive`)")
@@ -519,6 +527,7 @@ def main() -> int:
             for i in ids:
                 for shape in (a.shapes.split(";") if a.shapes else SHAPES.get(i, [])):
                     env = "STAMPS=1 " if {"stamps", "ctaends"} & set(COMBOS.get(v, [v])) else ""
+                    env += "PREFILL=1 " if a.prefill else ""
                     lines.append(f'echo -n "{v}: "; {env}timeout 60 ./bin/{v} {i} {shape} 20')
     (a.out / "run.sh").write_text("\n".join(lines) + "\n")
     print(f"wrote {a.out / 'run.sh'}")

@@ -19,7 +19,9 @@
 // the "ctaends" variant, every CTA's start, end, SM and share from word 32 on). With
 // WARM=1 it also prints the mean time of launches back to back (no flush, L2 warm). With
 // CODEWARM=1 every timed launch follows the flush and one untimed launch on copies of the inputs:
-// the kernel's code is warm, its data cold.
+// the kernel's code is warm, its data cold. With PREFILL=1 the call is Prefill mode instead (row
+// groups x parts as the op's grid_sizes picks them); ROWS_PER_SEQ = KEYS and SEQS = 1 is a fresh
+// causal prefill (row r sees keys [0, r + 1)).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -191,6 +193,13 @@ int main(int argc, char** argv) {
   c.pages_per_block = 1;
   c.max_seq_len = ctx;
   c.grid_x = sms;
+  const bool prefill = std::getenv("PREFILL") != nullptr;
+  if (prefill) {  // backends/base.py grid_sizes: a program a row group, parts to fill the CTA slots
+    const int groups = (rows + inst->rows - 1) / inst->rows, slots = sms * inst->ctas_per_sm;
+    c.mode = kModePrefill;
+    c.grid_x = groups;
+    c.parts = std::max(1, std::min(pages_per_seq * P / kBlockN, (slots + groups - 1) / groups));
+  }
   LaunchArgs args{};
   const std::string err = check_call(c, *inst, &args);
   if (!err.empty()) {
@@ -316,6 +325,7 @@ int main(int argc, char** argv) {
               "%d cells checked, worst %.2e A, %d past 1e-5 A; %d repeats, %lld cells not bitwise the first launch's\n",
               inst->name, M, B, ctx, med, us[0], double(B) * ctx * (D + S) / (med * 1e3), stats[0], stats[1], samples,
               worst, bad, repeats, differ);
+  if (prefill) std::printf("  prefill: %d row groups x %d parts\n", c.grid_x, c.parts);
   if (warm >= 0) std::printf("  warm, back to back: %.2f us a launch\n", warm);
   if (std::getenv("STAMPS") != nullptr) {
     // word 8: the first CTA's start (min), 9 the last one's; then CTA 0's milestones
