@@ -315,6 +315,27 @@ def test_every_mode_stores_every_key_of_every_live_row_once(rows, block_n):
                     assert covered(qsl, ends, pieces, block_n, starts) == want, (mode, qsl, ends, starts, nprog)
 
 
+def test_each_group_start_is_charged_its_set_up_units():
+    """A group holds 16 set-up units before its tiles (worksplit.PIECE_COST): the program that
+    starts more groups scores fewer tiles, and a range of set-up units only scores nothing.
+    Expected pieces worked out by hand; the shared Triton records must give the same ranges."""
+    # three one-row sequences of 50 tiles, two programs: 3 x (16 + 50) = 198 units, 99 each
+    qsl, ends = [0, 1, 2, 3], [3200, 3200, 3200]
+    recs = worksplit.schedule_records(qsl, ends, 2, 1, 64, lanes_for(qsl))
+    assert [r[:4] for r in recs] == [[0, 99, 0, 0], [99, 198, 1, 66]]
+    assert [list(worksplit.free_work(qsl, ends, *r[:4], 1, 64)) for r in recs] == [
+        [(0, 0, 1, 0, 50), (1, 1, 2, 0, 17)],     # 50 + 17 tiles: two set-ups charged
+        [(1, 1, 2, 17, 50), (2, 2, 3, 0, 50)]]    # 33 + 50 tiles: one
+    # one sequence of 10 tiles, four programs: 26 units, 6 or 7 each
+    qsl, ends = [0, 1], [640]
+    recs = worksplit.schedule_records(qsl, ends, 4, 1, 64, lanes_for(qsl))
+    assert [r[:2] for r in recs] == [[0, 6], [6, 13], [13, 19], [19, 26]]
+    assert [list(worksplit.free_work(qsl, ends, *r[:4], 1, 64)) for r in recs] == [
+        [], [], [(0, 0, 1, 0, 3)], [(0, 0, 1, 3, 10)]]
+    if INTERPRETING:
+        assert triton_records(qsl, ends, None, 4, 1, 64) == [r[:4] for r in recs]
+
+
 def test_row_starts_shrink_the_work_and_leave_the_no_starts_split_as_it_was():
     """Starts past the first tiles drop those tiles from the units and the pieces; all-zero starts
     give the same records and pieces as no row_starts."""
