@@ -5,11 +5,11 @@
 // tiles [lo_b, ceil(end_b / 64)) (end_b: the row_end of its last row; lo_b: the row_start of its
 // first row / 64, 0 without row_starts); a group with span > 0 tiles holds kPieceCost units for
 // its set-up, then one unit a tile, numbered sequence-major, group-major (a piece costs its
-// set-up whatever its length, so the split charges it). A Table/Free program takes units [u_begin, u_end) and
-// walks them from sequence b with `base` units before it; Prefill program (group, part) takes
-// global rows [group*R, group*R + R), split at sequence starts, and the part-th of `parts` equal
-// cuts of each piece's tiles [start(r0) / 64, ceil(end(r1 - 1) / 64)). Pieces carry the
-// sequence's own tile numbers.
+// set-up whatever its length, so the split charges it). A Table/Free program takes units
+// [u_begin, u_end) and walks them from sequence b with `base` units before it; Prefill program
+// (group, part) takes global rows [group*R, group*R + R), split at sequence starts, and the
+// part-th of `parts` equal cuts of each piece's tiles [start(r0) / 64, ceil(end(r1 - 1) / 64)).
+// Pieces carry the sequence's own tile numbers.
 //
 // Host-and-device code: tests/opus_host_check.cpp runs it with g++ against worksplit/rules.py.
 // Every read of query_start_loc is clamped into [0, num_rows], of row_ends into [0, key_cap]
