@@ -295,10 +295,11 @@ EDITS = {
                     "    return;\n    uint32_t ab[4];\n")],
 }
 # The start-up timeline: %globaltimer at the milestones of a call, into the path_stats buffer
-# from word 8 on (the harness gives it 32 words and prints them with STAMPS=1). Not an ablation:
+# words 8-31 (the harness prints them with STAMPS=1). Not an ablation:
 # the kernel is whole; a stamp costs a global store.
-_TS = ("__device__ __forceinline__ unsigned long long stamp_now() {\n"
-       "  unsigned long long t;\n  asm volatile(\"mov.u64 %0, %globaltimer;\" : \"=l\"(t));\n  return t;\n}\n"
+_STAMP_NOW = ("__device__ __forceinline__ unsigned long long stamp_now() {\n"
+              "  unsigned long long t;\n  asm volatile(\"mov.u64 %0, %globaltimer;\" : \"=l\"(t));\n  return t;\n}\n")
+_TS = (_STAMP_NOW +
        "#define TS(i) do { if (args.path_stats) args.path_stats[8 + (i)] = stamp_now(); } while (0)\n"
        "#define TS_ONCE(i) TS_MIN(i)  /* the first time is the smallest: a RED, no read (a read-then-write once-stamp added a round trip) */\n"
        "#define TS_MIN(i) do { if (args.path_stats) atomicMin(&args.path_stats[8 + (i)], stamp_now()); } while (0)\n"
@@ -352,19 +353,17 @@ EDITS["stamps"] = [
 # start (thread 0, at entry), its end (the last consumer warpgroup to finish its pieces: a maximum),
 # and its share (consumer 0's pieces and tiles). Not an ablation: a few stores a CTA. Not
 # combinable with "stamps" (both edit the consumers' loop).
-_CTA_NOW = ("__device__ __forceinline__ unsigned long long cta_now() {\n"
-            "  unsigned long long t;\n  asm volatile(\"mov.u64 %0, %globaltimer;\" : \"=l\"(t));\n  return t;\n}\n")
 EDITS["ctaends"] = [
     ("// ------------------------------------------------------------------------------------ producer\n",
-     _CTA_NOW + "// ------------------------------------------------------------------------------------ producer\n"),
+     _STAMP_NOW + "// ------------------------------------------------------------------------------------ producer\n"),
     ("  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n",
      "  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n"
      "  if (tid == 0 && args.path_stats) {\n    unsigned smid;\n    asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n"
-     "    args.path_stats[32 + 4 * blockIdx.x + 1] = smid;\n    args.path_stats[32 + 4 * blockIdx.x + 2] = cta_now();\n  }\n"),
+     "    args.path_stats[32 + 4 * blockIdx.x + 1] = smid;\n    args.path_stats[32 + 4 * blockIdx.x + 2] = stamp_now();\n  }\n"),
     ("  while (walk.next(args, R, p))\n    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n}\n",
      "  int npieces = 0, ntiles = 0;\n  while (walk.next(args, R, p))\n    if (p.r1 > p.r0 && p.t1 > p.t0) {\n"
      "      cons.piece(p);\n      ++npieces;\n      ntiles += p.t1 - p.t0;\n    }\n"
-     "  if (ct % 128 == 0 && args.path_stats) {\n    atomicMax(&args.path_stats[32 + 4 * blockIdx.x], cta_now());\n"
+     "  if (ct % 128 == 0 && args.path_stats) {\n    atomicMax(&args.path_stats[32 + 4 * blockIdx.x], stamp_now());\n"
      "    if (ct == 0) args.path_stats[32 + 4 * blockIdx.x + 3] = (unsigned long long)npieces << 32 | unsigned(ntiles);\n  }\n}\n"),
 ]
 # the start-up's floor: the kernel returns before any work (the launch of this grid, block and

@@ -108,13 +108,13 @@ static void print_cta_ends(const unsigned long long* rec, int stride, int max_ct
   std::printf("  CTA ends (%zu CTAs, us after the first start; event time %.1f): first %.2f, p10 %.2f, p50 %.2f, "
               "p90 %.2f, last %.2f; last start %.2f\n", v.size(), event_us, by_end.front().end, q(0.1), q(0.5), q(0.9),
               by_end.back().end, last_start);
-  const auto show = [](const char* what, const Cta& c) {
-    std::printf(" %s cta %d sm %d start %.2f end %.2f pieces %d tiles %d;", what, c.b, c.sm, c.start, c.end, c.pieces, c.tiles);
+  const auto show = [](const Cta& c) {
+    std::printf(" cta %d sm %d start %.2f end %.2f pieces %d tiles %d;", c.b, c.sm, c.start, c.end, c.pieces, c.tiles);
   };
   std::printf("  earliest:");
-  for (size_t i = 0; i < std::min<size_t>(4, by_end.size()); ++i) show("", by_end[i]);
+  for (size_t i = 0; i < std::min<size_t>(4, by_end.size()); ++i) show(by_end[i]);
   std::printf("\n  latest:");
-  for (size_t i = 0; i < std::min<size_t>(4, by_end.size()); ++i) show("", by_end[by_end.size() - 1 - i]);
+  for (size_t i = 0; i < std::min<size_t>(4, by_end.size()); ++i) show(by_end[by_end.size() - 1 - i]);
   std::vector<Cta> by_sm = v;
   std::sort(by_sm.begin(), by_sm.end(), [](const Cta& a, const Cta& b) { return a.sm != b.sm ? a.sm < b.sm : a.b < b.b; });
   std::printf("\n  ends by SM (sm:end):");

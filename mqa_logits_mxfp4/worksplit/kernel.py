@@ -52,6 +52,13 @@ def seq_tiles(rs_ptr, first_row, end, mask, BLOCK_N: tl.constexpr, HAS_STARTS: t
 
 
 @triton.jit
+def group_units(span):
+    """A group's units: PIECE_COST for its set-up, then one a key tile; none without a tile
+    (worksplit/rules.py's group_units)."""
+    return tl.where(span > 0, PIECE_COST + span, 0)
+
+
+@triton.jit
 def cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
               R: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_P2: tl.constexpr, HAS_STARTS: tl.constexpr):
     """Program pid's unit range and its first sequence: (u_begin, u_end, b, units before b)."""
@@ -62,7 +69,7 @@ def cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
     n = qb - qa
     end = row_end(re_ptr, qb - 1, seq_cap, smask & (n > 0))
     lo, span = seq_tiles(rs_ptr, qa, end, smask & (n > 0), BLOCK_N, HAS_STARTS)
-    units = tl.cdiv(n, R) * tl.where(span > 0, PIECE_COST + span, 0)
+    units = tl.cdiv(n, R) * group_units(span)
     total = tl.sum(units, axis=0).to(tl.int64)
     u_begin = ((pid * total) // nprog).to(tl.int32)
     u_end = (((pid + 1) * total) // nprog).to(tl.int32)

@@ -55,6 +55,11 @@ def seq_lanes(max_seqs: int) -> int:
     return 1 << (max(max_seqs, 1) - 1).bit_length()
 
 
+def group_units(span: int) -> int:
+    """A group's units: PIECE_COST for its set-up, then one a key tile; none without a tile."""
+    return PIECE_COST + span if span > 0 else 0
+
+
 def seq_start(qsl: Sequence[int], b: int, num_rows: int) -> int:
     """query_start_loc[b] as the kernels read it: clamped into [0, num_rows]."""
     return min(max(qsl[b], 0), num_rows)
@@ -81,7 +86,7 @@ def seq_units(qsl: Sequence[int], row_ends: Sequence[int], b: int, rows: int, bl
     end = row_end(row_ends, qb - 1, cap) if qb > qa else 0
     lo = row_start(row_starts, qa, end) // block_n if qb > qa else 0
     span = cdiv(end, block_n) - lo
-    return qa, qb, end, lo, PIECE_COST + span, cdiv(qb - qa, rows) * (PIECE_COST + span if span > 0 else 0)
+    return qa, qb, end, lo, PIECE_COST + span, cdiv(qb - qa, rows) * group_units(span)
 
 
 def cta_range(qsl: Sequence[int], row_ends: Sequence[int], pid: int, nprog: int, rows: int,

@@ -68,6 +68,12 @@ def _imax(a, b):
     return (a > b).select(a, b)
 
 
+def _group_units(span):
+    """A group's units: PIECE_COST for its set-up, then one a key tile; none without a tile
+    (worksplit.group_units)."""
+    return (span > 0).select(span + PIECE_COST, fx.Int32(0))
+
+
 def _clamp(x, lo, hi):
     return _imin(_imax(x, lo), hi)
 
@@ -412,7 +418,7 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
             end = row_end(re, qb - 1, seq_cap)
         groups = _cdiv(n, R)
         _, span = seq_tiles(rs, qa, end, n > 0)
-        return groups * (span > 0).select(span + PIECE_COST, fx.Int32(0))
+        return groups * _group_units(span)
 
     @flyc.jit
     def prefill_body(q, qs, kv, ks, w, bt, qsl, re, rs, out, oo, num_seqs, num_rows, num_pages, seq_cap,
@@ -459,7 +465,7 @@ def build(spec: KernelSpec):  # noqa: C901 (one kernel, its helpers inline)
                 end = row_end(re, qb - 1, seq_cap)
             tlo, span = seq_tiles(rs, qa, end, qb > qa)
             stride = span + PIECE_COST  # a group's units: its set-up's, then its tiles
-            units = _cdiv(qb - qa, R) * (span > 0).select(stride, fx.Int32(0))
+            units = _cdiv(qb - qa, R) * _group_units(span)
             lo = _imax(u - base, fx.Int32(0))  # negative only for corrupted records
             hi = _imin(u_end - base, units)
             u = (hi > lo).select(base + hi, u)

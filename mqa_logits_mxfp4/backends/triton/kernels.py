@@ -23,7 +23,8 @@ import triton
 import triton.language as tl
 
 from ...core.modes import MODE_CODES
-from ...worksplit.kernel import PIECE_COST, RECORD_INTS, cta_range, row_end, row_start, seq_start, seq_tiles
+from ...worksplit.kernel import (PIECE_COST, RECORD_INTS, cta_range, group_units, row_end, row_start, seq_start,
+                                 seq_tiles)
 from .instances import MMA_KINDS
 
 MODE_TABLE: tl.constexpr = tl.constexpr(MODE_CODES["table"])
@@ -256,7 +257,7 @@ def mqa_logits_kernel(q_ptr, qs_ptr, kv_ptr, ks_ptr, w_ptr, bt_ptr, qsl_ptr, re_
             end = row_end(re_ptr, qb - 1, seq_cap, qb > qa)
             tlo, span = seq_tiles(rs_ptr, qa, end, qb > qa, BLOCK_N, HAS_STARTS)
             stride = PIECE_COST + span  # a group's units: its set-up's, then its tiles
-            units = tl.cdiv(qb - qa, R) * tl.where(span > 0, stride, 0)
+            units = tl.cdiv(qb - qa, R) * group_units(span)
             lo = tl.maximum(u - base, 0)  # negative only for corrupted records
             hi = tl.minimum(u_end - base, units)
             u = tl.where(hi > lo, base + hi, u)

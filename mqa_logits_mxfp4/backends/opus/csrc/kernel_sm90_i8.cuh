@@ -523,13 +523,16 @@ struct I8Consumer {
   // the shorter one-row set-ups stay unrolled (rolled, they measured no faster).
   static constexpr bool ROLL_SETUP = OPERAND_WORDS >= 8;
   OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {
-    auto word = [&](int i, uint32_t w) {
+#pragma unroll(ROLL_SETUP ? 1 : OPERAND_WORDS)
+    for (int i = 0; i < OPERAND_WORDS; ++i) {
       const int idx = ct + i * S::CT;
+      if (idx >= S::N * 16) break;  // warp-uniform
       const int n = idx >> 4, blk = (idx >> 2) & 3, j = idx & 3;
       const uint32_t qs = sm.qscale[n];
       const int shift = fast ? byte_of(qs, blk) - min4(qs) : 0;
       uint32_t lo, hi;
-      i8_word(w, sm.tables[shift], lo, hi);
+      // rolled, a run-time index into the words would put them in local memory: selects instead
+      i8_word(ROLL_SETUP ? pick(words, i) : words[i], sm.tables[shift], lo, hi);
       const int slice = SPLIT ? blk : j, slot = SPLIT ? j : blk;  // the order of I8Smem::qb
       uint8_t* core = sm.qb + slice * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * slot;
       *reinterpret_cast<uint32_t*>(core) = lo;
@@ -540,19 +543,6 @@ struct I8Consumer {
 #pragma unroll
         for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);
         bias_column(n, idx & 15, qsum);
-      }
-    };
-    if constexpr (ROLL_SETUP) {
-#pragma unroll 1
-      for (int i = 0; i < OPERAND_WORDS; ++i) {
-        if (ct + i * S::CT >= S::N * 16) break;  // warp-uniform
-        word(i, pick(words, i));
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < OPERAND_WORDS; ++i) {
-        if (ct + i * S::CT >= S::N * 16) break;  // warp-uniform
-        word(i, words[i]);
       }
     }
   }
