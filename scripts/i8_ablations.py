@@ -339,8 +339,8 @@ EDITS["stamps"] = [
     ("    const bool cols_fast = bar_and(1, S::CT, mine);\n",
      "    const bool cols_fast = bar_and(1, S::CT, mine);\n"
      "    if (blockIdx.x == 0 && ct == 0 && int(cols_fast) != 7) TS_ONCE(15);\n"),
-    ("    setup_operand(fast, words);\n    fence_async_smem();\n",
-     "    setup_operand(fast, words);\n    if (blockIdx.x == 0 && ct == 0) TS_ONCE(16);\n    fence_async_smem();\n"),
+    ("      setup_operand<false>(fast, words);\n    fence_async_smem();\n",
+     "      setup_operand<false>(fast, words);\n    if (blockIdx.x == 0 && ct == 0) TS_ONCE(16);\n    fence_async_smem();\n"),
     ("    setup_group(p, gbeg, gend, kbeg);\n",
      "    setup_group(p, gbeg, gend, kbeg);\n    if (blockIdx.x == 0 && ct == 0) TS_ONCE(10);\n"),
     ("    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n",
@@ -415,6 +415,35 @@ EDITS["ssplacenobar"] = [(old, new.replace("          bar_sync(2 + c, 128);\n", 
 # for every piece)
 EDITS["unrollsetup"] = [("  static constexpr bool ROLL_SETUP = OPERAND_WORDS >= 8;\n",
                          "  static constexpr bool ROLL_SETUP = false;\n")]
+# the rolled operand loop in Prefill too (the fifteenth session's kernel, before the launch's mode
+# picked the body)
+EDITS["rollprefill"] = [("    if (ROLL_SETUP && args.mode != kModePrefill)\n", "    if (ROLL_SETUP)\n")]
+# A CTA's later pieces without their group set-up (timing only: they score the first group's
+# query, so their cells are wrong): each consumer warpgroup writes its own keys and windows and
+# goes on, with no barrier across the consumers and no operand built. What a piece's set-up and
+# the drain before it cost, the bound of a query operand prepared ahead of the stages.
+EDITS["onesetup"] = [
+    ("  OPUS_DEV void piece(const Piece& p) {\n    int gbeg, gend;\n    group_keys<R>(args, p, gbeg, gend);\n"
+     "    const int kbeg = piece_first_key(p, gbeg);\n    kend = imin(gend, p.t1 * kBlockN);\n"
+     "    if (kbeg >= kend) return;  // the producer skips it too\n    setup_group(p, gbeg, gend, kbeg);\n",
+     "  bool set_up = false;\n"
+     "  OPUS_DEV void setup_light(const Piece& p, int gbeg, int gend, int kbeg) {\n"
+     "    r0 = p.r0;\n    r1 = imin(p.r1, p.r0 + R);\n    const int wr = ct % 128;\n"
+     "    bar_sync(8 + c, 128);\n"
+     "    if (wr < R) {\n      int wbeg = 0, wend = 0;\n      long long wbase = 0;\n"
+     "      row_window(args, r0 + wr, r0 + wr < r1, wbeg, wend, wbase);\n"
+     "      const int b = imax(wbeg, kbeg);\n      sm.keys[c].rbeg[wr] = b;\n"
+     "      sm.keys[c].rlen[wr] = imax(imin(wend, kend) - b, 0);\n"
+     "      sm.optr[wr] = static_cast<char*>(args.out) + wbase * kOutBytes<NARROW>;\n    }\n"
+     "    if (wr == 0) {\n      sm.keys[c].vbeg = gbeg;\n      sm.keys[c].vend = gend;\n    }\n"
+     "    bar_sync(8 + c, 128);\n"
+     "    if constexpr (ROWS_IN_REGS) {\n#pragma unroll\n      for (int r = 0; r < R; ++r) orow[r] = sm.optr[r];\n    }\n"
+     "  }\n"
+     "  OPUS_DEV void piece(const Piece& p) {\n    int gbeg, gend;\n    group_keys<R>(args, p, gbeg, gend);\n"
+     "    const int kbeg = piece_first_key(p, gbeg);\n    kend = imin(gend, p.t1 * kBlockN);\n"
+     "    if (kbeg >= kend) return;  // the producer skips it too\n"
+     "    if (set_up && !SPLIT) {\n      setup_light(p, gbeg, gend, kbeg);\n    } else {\n"
+     "      setup_group(p, gbeg, gend, kbeg);\n      set_up = true;\n    }\n")]
 # the split's set-up units (args.h's kPieceCost, 16) at other values: what the charge should be
 for _cost in (8, 24, 32):
     EDITS[f"pc{_cost}"] = [("args.h", "constexpr int kPieceCost = 16;", f"constexpr int kPieceCost = {_cost};")]

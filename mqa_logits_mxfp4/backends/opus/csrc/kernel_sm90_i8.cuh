@@ -517,13 +517,17 @@ struct I8Consumer {
         words[i] = *reinterpret_cast<const uint32_t*>(args.q + ((long long)row * H + h) * kHeadBytes + 16 * blk + 4 * j);
     }
   }
-  // Converts a thread's words. Groups of 8 or more words a thread (two rows and up) run it as a
-  // rolled loop: once a group, the set-up goes at the instruction fetch's pace, and one copy of
-  // the body took 3-4 us off r2w12's set-up on the H200 (docs/perf-notes.md, fifteenth session);
-  // the shorter one-row set-ups stay unrolled (rolled, they measured no faster).
+  // Converts a thread's words. In Free and Table mode groups of 8 or more words a thread (two
+  // rows and up) run it as a rolled loop: a CTA sets up one or two groups, each at the
+  // instruction fetch's pace, and one copy of the body took 3-4 us off r2w12's set-up on the H200
+  // (docs/perf-notes.md, fifteenth session); the shorter one-row set-ups stay unrolled (rolled,
+  // they measured no faster). Prefill sets a group up for every piece, ~30 a CTA with the code
+  // warm after the first, and there the unrolled body's overlapped loads and selects win (r4w12
+  // 3-4% faster, r2w12 1-2%: sixteenth session): both bodies are built, the launch's mode picks.
   static constexpr bool ROLL_SETUP = OPERAND_WORDS >= 8;
+  template <bool ROLL>
   OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {
-#pragma unroll(ROLL_SETUP ? 1 : OPERAND_WORDS)
+#pragma unroll(ROLL ? 1 : OPERAND_WORDS)
     for (int i = 0; i < OPERAND_WORDS; ++i) {
       const int idx = ct + i * S::CT;
       if (idx >= S::N * 16) break;  // warp-uniform
@@ -532,7 +536,7 @@ struct I8Consumer {
       const int shift = fast ? byte_of(qs, blk) - min4(qs) : 0;
       uint32_t lo, hi;
       // rolled, a run-time index into the words would put them in local memory: selects instead
-      i8_word(ROLL_SETUP ? pick(words, i) : words[i], sm.tables[shift], lo, hi);
+      i8_word(ROLL ? pick(words, i) : words[i], sm.tables[shift], lo, hi);
       const int slice = SPLIT ? blk : j, slot = SPLIT ? j : blk;  // the order of I8Smem::qb
       uint8_t* core = sm.qb + slice * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * slot;
       *reinterpret_cast<uint32_t*>(core) = lo;
@@ -596,7 +600,10 @@ struct I8Consumer {
     khi = fast ? imin(kI8Hi, imin(kI8PairHi - qmax_g, kI8WeightKey - wexp_g)) : 0;
     if (fast) scale_weights(wexp_g);
     if (wr == 0) sm.keys[c].khi = khi;  // read back each stage (the last barrier below orders it)
-    setup_operand(fast, words);
+    if (ROLL_SETUP && args.mode != kModePrefill)
+      setup_operand<ROLL_SETUP>(fast, words);
+    else
+      setup_operand<false>(fast, words);
     fence_async_smem();
     bar_sync(SPLIT ? kBarGroupReady : 1, SPLIT ? S::THREADS - 128 : S::CT);  // SPLIT: the converters read khi
     if constexpr (ROWS_IN_REGS) {
