@@ -13,6 +13,9 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,splitr2,splitr2signed --ids 17,33  # MTP 2, the split body (id 33)
     python3 scripts/i8_ablations.py --out .gl/abl --variants stamps --ids 20,17 --rounds 1  # the start-up timeline (STAMPS=1)
     python3 scripts/i8_ablations.py --out .gl/abl --variants ctaends --ids 20,17 --rounds 1  # every CTA's start, end, SM and share
+    python3 scripts/i8_ablations.py --out .gl/abl --variants piecetimes --ids 20,17 --rounds 1  # and each consumer's stages and pieces
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,onesetup,stage128 --ids 20,17,18  # a later set-up's cost; the stage boundary's
+    python3 scripts/i8_ablations.py --out .gl/abl --variants boundary --ids 20,17,18 --rounds 1  # the boundary's parts, in cycles
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
@@ -146,6 +149,10 @@ EDITS = {
     # 512-key stages (eight M blocks): a consumer's wgmma pipeline drains and its vote runs half as
     # often. Two-consumer kernels only (three consumers' 768-key rings hold no two such stages)
     "stage512": [("registry.h", "#define OPUS_I8_STAGE_KEYS 256", "#define OPUS_I8_STAGE_KEYS 512")],
+    # 128-key stages (two M blocks; rings of 6 or 8 stages, the same keys): a CTA's share in half
+    # as coarse a grain over its consumers (the busiest consumer's extra stage is what a static
+    # split leaves: sixteenth session), at twice the votes and stage boundaries
+    "stage128": [("registry.h", "#define OPUS_I8_STAGE_KEYS 256", "#define OPUS_I8_STAGE_KEYS 128")],
     # the split body at two rows (MTP 2, 64 heads): id 33, sm90_i8_r2w20 -- each converted tile
     # serves both rows' chunks, so the conversion's share of the MMA side's work halves
     "splitr2": [("registry.h", "  X(31, sm90_i8_r2w16,     sm90,   i8,   2, 16, 64, 4, 1, 0x5)                 \\\n",
@@ -359,12 +366,12 @@ EDITS["ctaends"] = [
     ("  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n",
      "  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n"
      "  if (tid == 0 && args.path_stats) {\n    unsigned smid;\n    asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n"
-     "    args.path_stats[32 + 4 * blockIdx.x + 1] = smid;\n    args.path_stats[32 + 4 * blockIdx.x + 2] = stamp_now();\n  }\n"),
+     "    args.path_stats[32 + 22 * blockIdx.x + 1] = smid;\n    args.path_stats[32 + 22 * blockIdx.x + 2] = stamp_now();\n  }\n"),
     ("  while (walk.next(args, R, p))\n    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n}\n",
      "  int npieces = 0, ntiles = 0;\n  while (walk.next(args, R, p))\n    if (p.r1 > p.r0 && p.t1 > p.t0) {\n"
      "      cons.piece(p);\n      ++npieces;\n      ntiles += p.t1 - p.t0;\n    }\n"
-     "  if (ct % 128 == 0 && args.path_stats) {\n    atomicMax(&args.path_stats[32 + 4 * blockIdx.x], stamp_now());\n"
-     "    if (ct == 0) args.path_stats[32 + 4 * blockIdx.x + 3] = (unsigned long long)npieces << 32 | unsigned(ntiles);\n  }\n}\n"),
+     "  if (ct % 128 == 0 && args.path_stats) {\n    atomicMax(&args.path_stats[32 + 22 * blockIdx.x], stamp_now());\n"
+     "    if (ct == 0) args.path_stats[32 + 22 * blockIdx.x + 3] = (unsigned long long)npieces << 32 | unsigned(ntiles);\n  }\n}\n"),
 ]
 # the start-up's floor: the kernel returns before any work (the launch of this grid, block and
 # shared memory alone), or right after the Free-mode scan and the CTA barrier (wrong logits)
@@ -415,6 +422,87 @@ EDITS["ssplacenobar"] = [(old, new.replace("          bar_sync(2 + c, 128);\n", 
 # for every piece)
 EDITS["unrollsetup"] = [("  static constexpr bool ROLL_SETUP = OPERAND_WORDS >= 8;\n",
                          "  static constexpr bool ROLL_SETUP = false;\n")]
+# ctaends with each consumer warpgroup's account (the harness's kConsWords words a consumer after
+# the CTA's four): its stages in the first piece and in all, the cycles its thread 0 waited on
+# full stages, and when its first piece ended, its second piece's set-up ended and it ended.
+# CTADUMP=1 prints every CTA's. Timing only in its waits' clock reads.
+_CONS_REC = "args.path_stats[32 + 22 * blockIdx.x + 4 + 6 * c + "
+EDITS["piecetimes"] = EDITS["ctaends"] + [
+    ("  OPUS_DEV void stage(int n0) {\n    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n",
+     "  long long waited = 0;\n  int nstages = 0, npiece = 0;\n"
+     "  OPUS_DEV void stage(int n0) {\n    const long long w0 = clock64();\n    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n"
+     "    waited += clock64() - w0;\n    ++nstages;\n"),
+    ("    if (kbeg >= kend) return;  // the producer skips it too\n    setup_group(p, gbeg, gend, kbeg);\n",
+     "    if (kbeg >= kend) return;  // the producer skips it too\n"
+     "    const bool rec = args.path_stats && ct % 128 == 0;\n"
+     "    if (rec && npiece == 1) {\n      " + _CONS_REC + "0] = nstages;\n      " + _CONS_REC + "3] = stamp_now();\n    }\n"
+     "    setup_group(p, gbeg, gend, kbeg);\n"
+     "    if (rec && npiece == 1) " + _CONS_REC + "4] = stamp_now();\n    ++npiece;\n"),
+    ("      cons.piece(p);\n      ++npieces;\n",
+     "      cons.piece(p);\n      ++npieces;\n"
+     "      if (ct % 128 == 0 && args.path_stats) {\n        const int c = cons.c;\n"
+     "        " + _CONS_REC + "1] = cons.nstages;\n        " + _CONS_REC + "2] = cons.waited;\n"
+     "        " + _CONS_REC + "5] = stamp_now();\n        if (npieces == 1) " + _CONS_REC + "0] = cons.nstages;\n      }\n"),
+]
+# Free mode's unit ranges with their ends moved back to a stage's start (4 tiles, the sequence's
+# own numbering) where they fall among a group's tiles: no CTA scores a stage that another also
+# loads and scores in part (both ends of a range inside a group did: 504 tiles took 127-128 stages,
+# 43 for the busiest consumer at r1w16 64 x 64K, where 126 would give 42). One scan finds the
+# sequence of both ends. Exact (every unit still in exactly one range); Free mode only (the
+# Table records and the other backends keep the rule they share).
+_ALIGN = (
+    "OPUS_DEV int stage_aligned(const SeqView& sv, int rows, int x, int b, int base) {\n"
+    "  if (b >= sv.num_seqs) return x;\n"
+    "  int qa, qb, end, lo, span;\n  sv.bounds(b, qa, qb, end, lo, span);\n"
+    "  const int stride = kPieceCost + span, off = x - base;\n"
+    "  if (off < 0 || span <= 0) return x;\n"
+    "  const int j = off / stride, o = off - j * stride - kPieceCost;\n"
+    "  if (o <= 0) return x;\n"
+    "  const int ta = imax((lo + o) & ~3, lo);\n"
+    "  return base + j * stride + kPieceCost + (ta - lo);\n}\n")
+EDITS["stagealign"] = [
+    ("drive.cuh", "// Free mode: the CTA's unit range, by its first warp / wave (a scan over the sequences).\n",
+     _ALIGN + "// Free mode: the CTA's unit range, by its first warp / wave (a scan over the sequences).\n"),
+    ("drive.cuh", "  cr.b = 0;\n  cr.base = 0;\n  long long carry = 0;\n",
+     "  cr.b = 0;\n  cr.base = 0;\n  int be = 0, basee = 0;\n  long long carry = 0;\n"),
+    ("drive.cuh", "    carry = warp_bcast(incl, OPUS_WARP - 1);\n    if (carry > cr.u_begin) break;  // every later cumulative count is past u_begin\n  }\n  return cr;\n",
+     "    const bool before_e = s < sv.num_seqs && incl <= cr.u_end;\n"
+     "    be += warp_count(before_e);\n    basee += (int)warp_sum_i64(before_e ? u : 0);\n"
+     "    carry = warp_bcast(incl, OPUS_WARP - 1);\n    if (carry > cr.u_end) break;\n  }\n"
+     "  cr.u_end = stage_aligned(sv, rows, cr.u_end, be, basee);\n"
+     "  cr.u_begin = stage_aligned(sv, rows, cr.u_begin, cr.b, cr.base);\n  return cr;\n"),
+]
+# Where a stage boundary's ~0.45 us goes (sixteenth session, stage128): ctaends plus, for each
+# consumer warpgroup's thread 0, clock64 cycles summed over its stages -- the wait for the stage's
+# full barrier, the vote after it (scale reads, the warpgroup barrier), from the vote to the first
+# wgmma's issue (the first M block's conversion), and each span's tail from its last wgmma's issue
+# through its last stores -- in the harness's six words a consumer (stages, wait, vote, head, tail,
+# end; CTADUMP=raw prints them). Fast stages only (the harness's data has no canonical one).
+_BND = "args.path_stats[32 + 22 * blockIdx.x + 4 + 6 * cons.c + "
+EDITS["boundary"] = EDITS["ctaends"] + [
+    ("  OPUS_DEV void stage(int n0) {\n    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n",
+     "  long long cyc_wait = 0, cyc_vote = 0, cyc_head = 0, cyc_tail = 0, t_mark = 0;\n  int nstages = 0;\n"
+     "  OPUS_DEV void stage(int n0) {\n    const long long w0 = clock64();\n    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n"
+     "    t_mark = clock64();\n    cyc_wait += t_mark - w0;\n    ++nstages;\n"),
+    ("    if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);\n    if (fast) {\n      uint32_t offsets[S::VK];\n",
+     "    {\n      const long long tv = clock64();\n      cyc_vote += tv - t_mark;\n      t_mark = tv;\n    }\n"
+     "    if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);\n    if (fast) {\n      uint32_t offsets[S::VK];\n"),
+    ("      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n",
+     "      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n"
+     "      if (u == 0 && sp == 0) cyc_head += clock64() - t_mark;\n"),
+    ("    float wv[S::NT][2];\n    unit_weights((U - 1) % S::CHUNKS, wv);\n    retired<0>(acc[(U - 1) & 1]);\n",
+     "    const long long te = clock64();\n"
+     "    float wv[S::NT][2];\n    unit_weights((U - 1) % S::CHUNKS, wv);\n    retired<0>(acc[(U - 1) & 1]);\n"),
+    ("    if (unit_rows(U - 1, wv, rs)) store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);\n  }\n",
+     "    if (unit_rows(U - 1, wv, rs)) store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);\n"
+     "    cyc_tail += clock64() - te;\n  }\n"),
+    ("      cons.piece(p);\n      ++npieces;\n",
+     "      cons.piece(p);\n      ++npieces;\n"
+     "      if (ct % 128 == 0 && args.path_stats) {\n"
+     "        " + _BND + "0] = cons.nstages;\n        " + _BND + "1] = cons.cyc_wait;\n"
+     "        " + _BND + "2] = cons.cyc_vote;\n        " + _BND + "3] = cons.cyc_head;\n"
+     "        " + _BND + "4] = cons.cyc_tail;\n        " + _BND + "5] = stamp_now();\n      }\n"),
+]
 # the rolled operand loop in Prefill too (the fifteenth session's kernel, before the launch's mode
 # picked the body)
 EDITS["rollprefill"] = [("    if (ROLL_SETUP && args.mode != kModePrefill)\n", "    if (ROLL_SETUP)\n")]
@@ -554,7 +642,9 @@ def main() -> int:
         for v in variants:
             for i in ids:
                 for shape in (a.shapes.split(";") if a.shapes else SHAPES.get(i, [])):
-                    env = "STAMPS=1 " if {"stamps", "ctaends"} & set(COMBOS.get(v, [v])) else ""
+                    env = "STAMPS=1 " if {"stamps", "ctaends", "piecetimes", "boundary"} & set(COMBOS.get(v, [v])) else ""
+                    env += "CTADUMP=1 " if "piecetimes" in COMBOS.get(v, [v]) else ""
+                    env += "CTADUMP=raw " if "boundary" in COMBOS.get(v, [v]) else ""
                     env += "PREFILL=1 " if a.prefill else ""
                     lines.append(f'echo -n "{v}: "; {env}timeout 60 ./bin/{v} {i} {shape} 20')
     (a.out / "run.sh").write_text("\n".join(lines) + "\n")

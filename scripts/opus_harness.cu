@@ -16,7 +16,9 @@
 // of REPEATS (default 8) more launches differ bitwise from the first launch's (a race detector).
 // With STAMPS=1 and a kernel built with scripts/i8_ablations.py's "stamps" variant, three more
 // launches print the start-up timeline the kernel wrote into path_stats from word 8 on (and, with
-// the "ctaends" variant, every CTA's start, end, SM and share from word 32 on). With
+// the "ctaends" variant, every CTA's start, end, SM and share from word 32 on; with "piecetimes",
+// each consumer warpgroup's stages, waits and piece ends too, CTA by CTA under CTADUMP=1; with
+// "boundary", CTADUMP=raw prints its cycle counts). With
 // WARM=1 it also prints the mean time of launches back to back (no flush, L2 warm). With
 // CODEWARM=1 every timed launch follows the flush and one untimed launch on copies of the inputs:
 // the kernel's code is warm, its data cold. With PREFILL=1 the call is Prefill mode instead (row
@@ -87,9 +89,13 @@ TensorDesc desc(const void* p, int32_t dtype, std::vector<int64_t> sizes) {
 
 }  // namespace
 
-// The ctaends variant's records (kCtaWords words a CTA: end, SM, start, pieces << 32 | tiles; an
+// The ctaends variant's records (kCtaRecord words a CTA: end, SM, start, pieces << 32 | tiles; an
 // unwritten record's start is 0): the spread of the CTAs' ends, the four latest and earliest with
-// their shares, and every CTA's end in SM order (which SMs end late launch after launch).
+// their shares, and every CTA's end in SM order (which SMs end late launch after launch). Words
+// 4.. are the piecetimes variant's, for each consumer warpgroup c (kConsWords each): its stages
+// in the first piece and in all, the cycles it waited for full stages, and the times its first
+// piece ended, its second piece's set-up ended and it ended; CTADUMP=1 prints them CTA by CTA.
+constexpr int kConsWords = 6, kCtaRecord = 4 + 3 * kConsWords;
 static void print_cta_ends(const unsigned long long* rec, int stride, int max_ctas, float event_us) {
   struct Cta { int b, sm, pieces, tiles; double start, end; };
   std::vector<Cta> v;
@@ -120,6 +126,24 @@ static void print_cta_ends(const unsigned long long* rec, int stride, int max_ct
   std::printf("\n  ends by SM (sm:end):");
   for (const Cta& c : by_sm) std::printf(" %d:%.1f", c.sm, c.end);
   std::printf("\n");
+  if (std::getenv("CTADUMP") == nullptr) return;
+  const double t0d = double(t0);
+  const auto at = [&](unsigned long long w) { return w ? (double(w) - t0d) / 1e3 : -1.0; };
+  for (const Cta& c : v) {
+    const unsigned long long* r = rec + c.b * stride;
+    std::printf("  cta %d sm %d end %.2f pieces %d tiles %d |", c.b, c.sm, c.end, c.pieces, c.tiles);
+    for (int k = 0; k < 3; ++k) {
+      const unsigned long long* w = r + 4 + k * kConsWords;
+      if (w[1] == 0) continue;
+      if (std::string(std::getenv("CTADUMP")) == "raw") {  // the words as the variant wrote them (the last a time)
+        std::printf(" c%d %llu %llu %llu %llu %llu end %.2f |", k, w[0], w[1], w[2], w[3], w[4], at(w[5]));
+        continue;
+      }
+      std::printf(" c%d stages %llu/%llu wait %.1fk first %.2f set-up %.2f end %.2f |", k, w[0], w[1], double(w[2]) / 1e3,
+                  at(w[3]), at(w[4]), at(w[5]));
+    }
+    std::printf("\n");
+  }
 }
 
 int main(int argc, char** argv) {
@@ -168,7 +192,7 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&dout, size_t(rows) * ctx * 4), "cudaMalloc out");
   check(cudaMemset(dout, 0xFF, size_t(rows) * ctx * 4), "poison out");  // NaN: unwritten cells fail the check
   // 2 path counts, the stamps variant's words 8..31, then the ctaends variant's kCtaWords a CTA
-  constexpr int kCtaWord0 = 32, kCtaWords = 4, kMaxCtas = 1024;
+  constexpr int kCtaWord0 = 32, kCtaWords = kCtaRecord, kMaxCtas = 1024;
   constexpr int kStatWords = kCtaWord0 + kCtaWords * kMaxCtas;
   check(cudaMalloc(&dstats, kStatWords * 8), "cudaMalloc path_stats");
   check(cudaMemset(dstats, 0, kStatWords * 8), "cudaMemset path_stats");
