@@ -16,6 +16,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants piecetimes --ids 20,17 --rounds 1  # and each consumer's stages and pieces
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,onesetup,stage128 --ids 20,17,18  # a later set-up's cost; the stage boundary's
     python3 scripts/i8_ablations.py --out .gl/abl --variants boundary --ids 20,17,18 --rounds 1  # the boundary's parts, in cycles
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,voteahead --ids 17,18  # each stage voted a stage ahead
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
@@ -502,6 +503,199 @@ EDITS["boundary"] = EDITS["ctaends"] + [
      "        " + _BND + "0] = cons.nstages;\n        " + _BND + "1] = cons.cyc_wait;\n"
      "        " + _BND + "2] = cons.cyc_vote;\n        " + _BND + "3] = cons.cyc_head;\n"
      "        " + _BND + "4] = cons.cyc_tail;\n        " + _BND + "5] = stamp_now();\n      }\n"),
+]
+# Every stage voted and its first M block converted into afr[0] ahead: a piece's first after its
+# set-up, each later one under the previous stage's last wgmma (afr[0]'s last M block has retired
+# by then): the boundary's vote and head (sixteenth session: ~0.45 us a consumer stage, latency,
+# not issue) under the last unit's wgmma and epilogue, with no wgmma in flight across the stage
+# loop's edge. Exact. Not the SPLIT body.
+EDITS["voteahead"] = [
+    ((
+     '  OPUS_DEV void stage(int n0) {\n'
+     '    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n'
+     '    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n'
+     '    khi = sm.keys[c].khi;\n'
+     '    const Stage& st = sm.stage[c][ring.slot];\n'
+     '    uint64_t* const empty = &sm.empty[c][ring.slot];\n'
+     '    const uint8_t* raw_base = st.raw + raw_offset();\n'
+     "    uint4 raw[2];  // M block 0's bytes, read first: both paths convert them first\n"
+     '    load_raw(raw_base, 0, raw);\n'
+     '    // Each lane judges VK keys (judged_key: a warp owns 16 keys of each M block, a quad the two of\n'
+     '    // each that its lanes convert) and hands their block offsets from the smallest scale byte (one\n'
+     "    // byte each) and their factors to the quad's lanes that convert and store them.\n"
+     "    // Keys outside the group's [vbeg, vend) are not scored: their bytes (stale, or the page's\n"
+     "    // other keys) take no part in the vote; the stage's other keys do, whichever piece stores them.\n"
+     '    uint32_t my_scale[S::VK];\n'
+     '    int my_kmin[S::VK];\n'
+     '#pragma unroll\n'
+     '    for (int v = 0; v < S::VK; ++v) {\n'
+     '      my_scale[v] = st.scale[judged_key(v)];\n'
+     '      my_kmin[v] = min4(my_scale[v]);\n'
+     '    }\n'
+     '    bool fast = false;\n'
+     "    if (khi > 0) {  // uniform: the group's verdict\n"
+     '      bool ok = true;\n'
+     '#pragma unroll\n'
+     '      for (int v = 0; v < S::VK; ++v)\n'
+     '        ok &= i8_key_fast(my_kmin[v], max4(my_scale[v]), n0 + judged_key(v), vbeg, vend, khi);\n'
+     "      fast = bar_and(2 + c, 128, ok);  // the stage's one vote: all its keys in [vbeg, vend)\n"
+     '    }\n'
+     '    if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);\n'
+     '    if (fast) {\n'
+     '      uint32_t offsets[S::VK];\n'
+     '      float factor[S::VK];\n'
+     '#pragma unroll\n'
+     '      for (int v = 0; v < S::VK; ++v) {\n'
+     '        offsets[v] = i8_key_offsets(my_scale[v], my_kmin[v]);\n'
+     '        factor[v] = i8_key_factor(my_kmin[v]);\n'
+     '      }\n'
+     '      stage_stores(n0);\n'
+     '      fast_stage(raw_base, raw, offsets, factor, n0, empty);\n'
+     '    } else {\n'
+     '      canonical_stage(st, raw_base, raw, n0, empty);\n'
+     '    }\n'
+     '  }\n'
+     '\n'),
+     (
+     "  // voteahead: every stage voted and its first M block converted into afr[0] ahead -- a piece's\n"
+     "  // first at its start, each later one under the previous stage's last wgmma\n"
+     '  bool nfast = false;\n'
+     '  uint32_t noff[S::VK];\n'
+     '  float nfac[S::VK];\n'
+     "  int next_n0 = -1;  // the piece's next stage, -1: none\n"
+     "  // The vote of the stage in ring slot `slot` at n0: M block 0's bytes into raw, the verdict,\n"
+     "  // and (fast) each judged key's offsets and factor.\n"
+     '  OPUS_DEV bool vote_stage(int slot, uint32_t phase, int n0, uint4 (&raw)[2], uint32_t (&offsets)[S::VK],\n'
+     '                           float (&factor)[S::VK]) {\n'
+     '    mbar_wait(&sm.full[c][slot], phase);\n'
+     '    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n'
+     '    khi = sm.keys[c].khi;\n'
+     '    const Stage& st = sm.stage[c][slot];\n'
+     '    load_raw(st.raw + raw_offset(), 0, raw);\n'
+     '    uint32_t my_scale[S::VK];\n'
+     '    int my_kmin[S::VK];\n'
+     '#pragma unroll\n'
+     '    for (int v = 0; v < S::VK; ++v) {\n'
+     '      my_scale[v] = st.scale[judged_key(v)];\n'
+     '      my_kmin[v] = min4(my_scale[v]);\n'
+     '    }\n'
+     '    bool fast = false;\n'
+     '    if (khi > 0) {\n'
+     '      bool ok = true;\n'
+     '#pragma unroll\n'
+     '      for (int v = 0; v < S::VK; ++v)\n'
+     '        ok &= i8_key_fast(my_kmin[v], max4(my_scale[v]), n0 + judged_key(v), vbeg, vend, khi);\n'
+     '      fast = bar_and(2 + c, 128, ok);\n'
+     '    }\n'
+     '#pragma unroll\n'
+     '    for (int v = 0; v < S::VK; ++v) {\n'
+     '      offsets[v] = i8_key_offsets(my_scale[v], my_kmin[v]);\n'
+     '      factor[v] = i8_key_factor(my_kmin[v]);\n'
+     '    }\n'
+     '    return fast;\n'
+     '  }\n'
+     '  // The stage at next_n0 (in ring position nx) voted, and its first M block converted into\n'
+     '  // afr[0] on every path (a register of a wgmma defined on a divergent path makes ptxas serialize\n'
+     "  // them all: C7520); a canonical stage converts its own. Under the last unit's wgmma of a\n"
+     "  // stage's last span afr[0] is free (its last M block, MB - 2, has retired).\n"
+     '  OPUS_DEV void vote_ahead(const RingPos<S::STAGES>& nx) {\n'
+     '    uint4 nraw[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};  // M block 0\'s bytes, not kept: a canonical stage reads them again\n'
+     '    if (next_n0 >= 0) nfast = vote_stage(nx.slot, nx.phase, next_n0, nraw, noff, nfac);\n'
+     '    const uint32_t off = noff[0];\n'
+     '    int d[2];\n'
+     '#pragma unroll\n'
+     '    for (int k = 0; k < 2; ++k) d[k] = int(quad_get(off, judge(0, k)) >> (8 * t)) & 3;\n'
+     '    convert_fast(nraw[0], nraw[1], d[0], d[1], afr[0]);\n'
+     '#pragma unroll\n'
+     '    for (int j = 0; j < 4; ++j)\n'
+     '#pragma unroll\n'
+     '      for (int k = 0; k < 4; ++k) pin(afr[0][j][k]);  // made here: not sunk into the next wgmma\'s block\n'
+     '  }\n'
+     '  OPUS_DEV void vote_next() {\n'
+     '    RingPos<S::STAGES> nx = ring;\n'
+     '    nx.advance();\n'
+     '    vote_ahead(nx);\n'
+     '  }\n'
+     '\n'
+     '  OPUS_DEV void stage(int n0) {\n'
+     '    const Stage& st = sm.stage[c][ring.slot];\n'
+     '    uint64_t* const empty = &sm.empty[c][ring.slot];\n'
+     '    const uint8_t* raw_base = st.raw + raw_offset();\n'
+     '    uint4 raw[2];\n'
+     '    uint32_t offsets[S::VK];\n'
+     '    float factor[S::VK];\n'
+     '    const bool fast = nfast;  // voted ahead\n'
+     '#pragma unroll\n'
+     '    for (int v = 0; v < S::VK; ++v) {\n'
+     '      offsets[v] = noff[v];\n'
+     '      factor[v] = nfac[v];\n'
+     '    }\n'
+     '    load_raw(raw_base, 0, raw);  // M block 0\'s bytes again (the canonical path reads them; the fast path\'s are converted)\n'
+     '    if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);\n'
+     '    if (fast) {\n'
+     '      stage_stores(n0);\n'
+     '      fast_stage(raw_base, raw, offsets, factor, n0, empty);\n'
+     '    } else {\n'
+     '      canonical_stage(st, raw_base, raw, n0, empty);\n'
+     '    }\n'
+     '  }\n'
+     '\n')),
+    ((
+     "        if (mb == S::MB - 1) release(empty);  // the stage's last read\n"
+     '        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n'
+     '      }'),
+     (
+     "        if (mb == S::MB - 1) release(empty);  // the stage's last read\n"
+     '        if (mb > 0) {  // M block 0: converted ahead\n'
+     '          convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n'
+     '#pragma unroll\n'
+     '          for (int j = 0; j < 4; ++j)\n'
+     '#pragma unroll\n'
+     '            for (int k = 0; k < 4; ++k) pin(afr[ml & 1][j][k]);  // made before the unit\'s stores (ptxas: C7520)\n'
+     '        }\n'
+     '      }')),
+    ((
+     '    float wv[S::NT][2];\n'
+     '    unit_weights((U - 1) % S::CHUNKS, wv);\n'
+     '    retired<0>(acc[(U - 1) & 1]);\n'
+     '    if (pending) store_unit(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1], mb0);'),
+     (
+     '    if (sp == S::MB / SPAN - 1) vote_next();\n'
+     '    float wv[S::NT][2];\n'
+     '    unit_weights((U - 1) % S::CHUNKS, wv);\n'
+     '    retired<0>(acc[(U - 1) & 1]);\n'
+     '    if (pending) store_unit(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1], mb0);')),
+    ((
+     '    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c; n0 < kend; n0 += S::KEYS * CONS, ring.advance()) {\n'
+     '      if constexpr (SPLIT)\n'
+     '        stage_split(n0);\n'
+     '      else\n'
+     '        stage(n0);\n'
+     '    }'),
+     (
+     '    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c; n0 < kend; n0 += S::KEYS * CONS, ring.advance()) {\n'
+     '      if constexpr (SPLIT) {\n'
+     '        stage_split(n0);\n'
+     '      } else {\n'
+     '        next_n0 = n0 + S::KEYS * CONS < kend ? n0 + S::KEYS * CONS : -1;\n'
+     '        stage(n0);\n'
+     '      }\n'
+     '    }')),
+    ((
+     '    if (kbeg >= kend) return;  // the producer skips it too\n'
+     '    setup_group(p, gbeg, gend, kbeg);\n'
+     '#pragma unroll 1\n'
+     '    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;'),
+     (
+     '    if (kbeg >= kend) return;  // the producer skips it too\n'
+     '    setup_group(p, gbeg, gend, kbeg);\n'
+     '    if constexpr (!SPLIT) {\n'
+     '      const int first = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;\n'
+     '      next_n0 = first < kend ? first : -1;\n'
+     '      vote_ahead(ring);\n'
+     '    }\n'
+     '#pragma unroll 1\n'
+     '    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;')),
 ]
 # the rolled operand loop in Prefill too (the fifteenth session's kernel, before the launch's mode
 # picked the body)
