@@ -637,6 +637,7 @@ EDITS["voteahead"] = [
      '      fast_stage(raw_base, raw, offsets, factor, n0, empty);\n'
      '    } else {\n'
      '      canonical_stage(st, raw_base, raw, n0, empty);\n'
+     '      vote_next();  // the next stage voted at this one\'s end (nothing to hide it under)\n'
      '    }\n'
      '  }\n'
      '\n')),
