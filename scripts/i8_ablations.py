@@ -16,7 +16,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants piecetimes --ids 20,17 --rounds 1  # and each consumer's stages and pieces
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,onesetup,stage128 --ids 20,17,18  # a later set-up's cost; the stage boundary's
     python3 scripts/i8_ablations.py --out .gl/abl --variants boundary --ids 20,17,18 --rounds 1  # the boundary's parts, in cycles
-    python3 scripts/i8_ablations.py --out .gl/abl --variants base,voteahead --ids 17,18  # each stage voted a stage ahead
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,voteahead,issueahead --ids 16,17  # the boundary under the last unit
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
@@ -697,6 +697,41 @@ EDITS["voteahead"] = [
      '    }\n'
      '#pragma unroll 1\n'
      '    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;')),
+]
+# voteahead, and the next stage's first unit issued there too (into acc[0], free once unit U - 2
+# has retired): its wgmma runs under the last unit's epilogue and stores, and is in flight across
+# the stage loop's edge (the tensor core has this warpgroup's next work at every boundary). Issued
+# on every path (a wgmma issued on a divergent path serializes them all): after a piece's last
+# stage and before a canonical stage it is waste, retired before the canonical path converts
+# into afr[0] and before the consumer exits. Exact. ptxas 13 builds it without serializing at
+# r2w12 and r1w12 (two consumers); r1w16 runs out of registers for it (C7512: serialized) and
+# r4w12's rolled spans make the first unit's skip a run-time branch (C7514: serialized).
+EDITS["issueahead"] = EDITS["voteahead"] + [
+    ("      for (int k = 0; k < 4; ++k) pin(afr[0][j][k]);  // made here: not sunk into the next wgmma's block\n  }\n",
+     "      for (int k = 0; k < 4; ++k) pin(afr[0][j][k]);  // made here: not sunk into the next wgmma's block\n"
+     "    wgmma_fence();\n    mma_chunk_fast<S::NC>(acc[0], afr[0], 0);\n    wgmma_commit();\n  }\n"),
+    ("      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n      wgmma_fence();\n"
+     "      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n",
+     "      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n"
+     "      if (u > 0 || sp > 0) {  // unit 0 of the stage: issued ahead\n        wgmma_fence();\n"
+     "        mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n        wgmma_commit();\n      }\n"),
+    ("    if (sp == S::MB / SPAN - 1) vote_next();\n    float wv[S::NT][2];\n    unit_weights((U - 1) % S::CHUNKS, wv);\n"
+     "    retired<0>(acc[(U - 1) & 1]);\n",
+     "    float wv[S::NT][2];\n    unit_weights((U - 1) % S::CHUNKS, wv);\n    if (sp == S::MB / SPAN - 1) {\n"
+     "      vote_next();  // and the next stage's first unit issued\n      retired<1>(acc[(U - 1) & 1]);\n"
+     "    } else {\n      retired<0>(acc[(U - 1) & 1]);\n    }\n"),
+    ("      canonical_stage(st, raw_base, raw, n0, empty);\n      vote_next();",
+     "      wgmma_wait<0>();  // the unit issued ahead reads afr[0], which the canonical path converts into\n"
+     "      canonical_stage(st, raw_base, raw, n0, empty);\n      vote_next();"),
+    ("  while (walk.next(args, R, p))\n    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n}\n",
+     "  while (walk.next(args, R, p))\n    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n"
+     "  wgmma_wait<0>();  // the last unit issued ahead\n}\n"),
+    # retired at the stage's top (under the previous stage's epilogue and stores it has had its
+    # time): ptxas refuses an accumulator read after the loop's edge while the wgmma that wrote it
+    # was issued before it (C7514), and accepts it once a wait<0> stands between
+    ("      stage_stores(n0);\n      fast_stage(raw_base, raw, offsets, factor, n0, empty);\n",
+     "      stage_stores(n0);\n      wgmma_wait<0>();  // the unit issued ahead\n"
+     "      fast_stage(raw_base, raw, offsets, factor, n0, empty);\n"),
 ]
 # the rolled operand loop in Prefill too (the fifteenth session's kernel, before the launch's mode
 # picked the body)
