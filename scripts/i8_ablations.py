@@ -718,6 +718,7 @@ EDITS["issueahead"] = EDITS["voteahead"] + [
     ("    if (sp == S::MB / SPAN - 1) vote_next();\n    float wv[S::NT][2];\n    unit_weights((U - 1) % S::CHUNKS, wv);\n"
      "    retired<0>(acc[(U - 1) & 1]);\n",
      "    float wv[S::NT][2];\n    unit_weights((U - 1) % S::CHUNKS, wv);\n    if (sp == S::MB / SPAN - 1) {\n"
+     "      static_assert(U % 2 == 0, \"the next stage's unit 0 takes acc[0]: the last unit holds acc[1]\");\n"
      "      vote_next();  // and the next stage's first unit issued\n      retired<1>(acc[(U - 1) & 1]);\n"
      "    } else {\n      retired<0>(acc[(U - 1) & 1]);\n    }\n"),
     ("      canonical_stage(st, raw_base, raw, n0, empty);\n      vote_next();",
