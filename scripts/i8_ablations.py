@@ -16,7 +16,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants piecetimes --ids 20,17 --rounds 1  # and each consumer's stages and pieces
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,onesetup,stage128 --ids 20,17,18  # a later set-up's cost; the stage boundary's
     python3 scripts/i8_ablations.py --out .gl/abl --variants boundary --ids 20,17,18 --rounds 1  # the boundary's parts, in cycles
-    python3 scripts/i8_ablations.py --out .gl/abl --variants base,voteahead,issueahead --ids 16,17  # the boundary under the last unit
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,voteahead,issueahead --ids 20,16,17  # the boundary under the last unit
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
@@ -699,13 +699,13 @@ EDITS["voteahead"] = [
      '    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;')),
 ]
 # voteahead, and the next stage's first unit issued there too (into acc[0], free once unit U - 2
-# has retired): its wgmma runs under the last unit's epilogue and stores, and is in flight across
-# the stage loop's edge (the tensor core has this warpgroup's next work at every boundary). Issued
-# on every path (a wgmma issued on a divergent path serializes them all): after a piece's last
-# stage and before a canonical stage it is waste, retired before the canonical path converts
-# into afr[0] and before the consumer exits. Exact. ptxas 13 builds it without serializing at
-# r2w12 and r1w12 (two consumers); r1w16 runs out of registers for it (C7512: serialized) and
-# r4w12's rolled spans make the first unit's skip a run-time branch (C7514: serialized).
+# has retired): its wgmma runs under the last unit's epilogue and stores (the tensor core has
+# this warpgroup's next work at every boundary). Issued on every path (a wgmma issued on a
+# divergent path serializes them all): after a piece's last stage and at a piece's start it is
+# waste or has nothing to run under. Exact. The unit is retired before the loop's edge (it has had the last unit's
+# epilogue and stores to run under), so no wgmma is in flight across it. ptxas 13 builds it
+# without serializing at r1w16, r1w12 and r2w12; r4w12's rolled spans make the first unit's skip
+# a run-time branch (C7514: serialized).
 EDITS["issueahead"] = EDITS["voteahead"] + [
     ("      for (int k = 0; k < 4; ++k) pin(afr[0][j][k]);  // made here: not sunk into the next wgmma's block\n  }\n",
      "      for (int k = 0; k < 4; ++k) pin(afr[0][j][k]);  // made here: not sunk into the next wgmma's block\n"
@@ -721,18 +721,16 @@ EDITS["issueahead"] = EDITS["voteahead"] + [
      "      static_assert(U % 2 == 0, \"the next stage's unit 0 takes acc[0]: the last unit holds acc[1]\");\n"
      "      vote_next();  // and the next stage's first unit issued\n      retired<1>(acc[(U - 1) & 1]);\n"
      "    } else {\n      retired<0>(acc[(U - 1) & 1]);\n    }\n"),
-    ("      canonical_stage(st, raw_base, raw, n0, empty);\n      vote_next();",
-     "      wgmma_wait<0>();  // the unit issued ahead reads afr[0], which the canonical path converts into\n"
-     "      canonical_stage(st, raw_base, raw, n0, empty);\n      vote_next();"),
-    ("  while (walk.next(args, R, p))\n    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n}\n",
-     "  while (walk.next(args, R, p))\n    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n"
-     "  wgmma_wait<0>();  // the last unit issued ahead\n}\n"),
-    # retired at the stage's top (under the previous stage's epilogue and stores it has had its
-    # time): ptxas refuses an accumulator read after the loop's edge while the wgmma that wrote it
-    # was issued before it (C7514), and accepts it once a wait<0> stands between
-    ("      stage_stores(n0);\n      fast_stage(raw_base, raw, offsets, factor, n0, empty);\n",
-     "      stage_stores(n0);\n      wgmma_wait<0>();  // the unit issued ahead\n"
-     "      fast_stage(raw_base, raw, offsets, factor, n0, empty);\n"),
+    # retired before the loop's edge, after the last unit's epilogue and stores it ran under:
+    # ptxas refuses an accumulator read after the edge while the wgmma that wrote it is in flight
+    # across it (C7514), and with it in flight there r1w16 ran out of registers (C7512)
+    ("    if (unit_rows(U - 1, wv, rs)) store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);\n  }\n",
+     "    if (unit_rows(U - 1, wv, rs)) store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);\n"
+     "    if (sp == S::MB / SPAN - 1) wgmma_wait<0>();  // the next stage's unit 0, run under these stores\n  }\n"),
+    ("      canonical_stage(st, raw_base, raw, n0, empty);\n      vote_next();  // the next stage voted at this one's end (nothing to hide it under)\n",
+     "      canonical_stage(st, raw_base, raw, n0, empty);\n      vote_next();  // the next stage voted at this one's end (nothing to hide it under)\n"
+     "      wgmma_wait<0>();\n"),
+    ("      vote_ahead(ring);\n    }\n", "      vote_ahead(ring);\n      wgmma_wait<0>();  // nothing to run it under at a piece's start\n    }\n"),
 ]
 # the rolled operand loop in Prefill too (the fifteenth session's kernel, before the launch's mode
 # picked the body)
