@@ -16,7 +16,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants piecetimes --ids 20,17 --rounds 1  # and each consumer's stages and pieces
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,onesetup,stage128 --ids 20,17,18  # a later set-up's cost; the stage boundary's
     python3 scripts/i8_ablations.py --out .gl/abl --variants boundary --ids 20,17,18 --rounds 1  # the boundary's parts, in cycles
-    python3 scripts/i8_ablations.py --out .gl/abl --variants base,voteahead,issueahead --ids 20,16,17  # the boundary under the last unit
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,voteahead,spanahead --ids 20,16,17,18  # the boundary under the last unit
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
@@ -698,39 +698,47 @@ EDITS["voteahead"] = [
      '#pragma unroll 1\n'
      '    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;')),
 ]
-# voteahead, and the next stage's first unit issued there too (into acc[0], free once unit U - 2
-# has retired): its wgmma runs under the last unit's epilogue and stores (the tensor core has
-# this warpgroup's next work at every boundary). Issued on every path (a wgmma issued on a
-# divergent path serializes them all): after a piece's last stage and at a piece's start it is
-# waste or has nothing to run under. Exact. The unit is retired before the loop's edge (it has had the last unit's
-# epilogue and stores to run under), so no wgmma is in flight across it. ptxas 13 builds it
-# without serializing at r1w16, r1w12 and r2w12; r4w12's rolled spans make the first unit's skip
-# a run-time branch (C7514: serialized).
-EDITS["issueahead"] = EDITS["voteahead"] + [
-    ("      for (int k = 0; k < 4; ++k) pin(afr[0][j][k]);  // made here: not sunk into the next wgmma's block\n  }\n",
-     "      for (int k = 0; k < 4; ++k) pin(afr[0][j][k]);  // made here: not sunk into the next wgmma's block\n"
-     "    wgmma_fence();\n    mma_chunk_fast<S::NC>(acc[0], afr[0], 0);\n    wgmma_commit();\n  }\n"),
+# voteahead, and the next span's first unit issued ahead: at the end of every span the next
+# span's first M block (of this stage, or of the next stage at the stage's last span, voted there)
+# is converted into afr[0] (free once unit U - 2 has retired) and its first unit issued into
+# acc[0], so its wgmma runs under this span's last epilogue and stores, and every span skips its
+# own unit 0 (a compile-time skip, in r4w12's rolled spans too). Retired after those stores,
+# before the loop's edge: ptxas serializes every wgmma when one in flight across the edge has its
+# accumulator read after it (C7514; r1w16 also ran out of registers so, C7512). Issued on every
+# path (a wgmma on one branch only serializes them all): at a piece's start and after a canonical
+# stage it has nothing to run under, after a piece's last stage it is waste. Exact.
+EDITS["spanahead"] = EDITS["voteahead"] + [
+    ("  OPUS_DEV void vote_next() {\n",
+     "  // M block mb of this stage (the next span's first) into afr[0]\n"
+     "  OPUS_DEV void convert_ahead(const uint8_t* raw_base, const uint32_t (&offsets)[S::VK], int mb) {\n"
+     "    uint4 r[2];\n    load_raw(raw_base, mb, r);\n    const uint32_t off = pick(offsets, mb >> 1);\n"
+     "    int d[2];\n#pragma unroll\n    for (int k = 0; k < 2; ++k) d[k] = int(quad_get(off, judge(0, k)) >> (8 * t)) & 3;\n"
+     "    convert_fast(r[0], r[1], d[0], d[1], afr[0]);\n#pragma unroll\n    for (int j = 0; j < 4; ++j)\n"
+     "#pragma unroll\n      for (int k = 0; k < 4; ++k) pin(afr[0][j][k]);\n  }\n"
+     "  // the unit of afr[0], chunk 0, into acc[0]\n"
+     "  OPUS_DEV void issue_ahead() {\n    wgmma_fence();\n    mma_chunk_fast<S::NC>(acc[0], afr[0], 0);\n    wgmma_commit();\n  }\n"
+     "  OPUS_DEV void vote_next() {\n"),
+    ("        if (mb > 0) load_raw(raw_base, mb, raw);  // M block 0's bytes came with the vote\n",
+     "        if (ml > 0) load_raw(raw_base, mb, raw);  // a span's first M block: converted ahead\n"),
+    ("        if (mb > 0) {  // M block 0: converted ahead\n", "        if (ml > 0) {  // a span's first M block: converted ahead\n"),
     ("      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n      wgmma_fence();\n"
      "      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n",
      "      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n"
-     "      if (u > 0 || sp > 0) {  // unit 0 of the stage: issued ahead\n        wgmma_fence();\n"
+     "      if (u > 0) {  // unit 0 of the span: issued ahead\n        wgmma_fence();\n"
      "        mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n        wgmma_commit();\n      }\n"),
     ("    if (sp == S::MB / SPAN - 1) vote_next();\n    float wv[S::NT][2];\n    unit_weights((U - 1) % S::CHUNKS, wv);\n"
      "    retired<0>(acc[(U - 1) & 1]);\n",
-     "    float wv[S::NT][2];\n    unit_weights((U - 1) % S::CHUNKS, wv);\n    if (sp == S::MB / SPAN - 1) {\n"
-     "      static_assert(U % 2 == 0, \"the next stage's unit 0 takes acc[0]: the last unit holds acc[1]\");\n"
-     "      vote_next();  // and the next stage's first unit issued\n      retired<1>(acc[(U - 1) & 1]);\n"
-     "    } else {\n      retired<0>(acc[(U - 1) & 1]);\n    }\n"),
-    # retired before the loop's edge, after the last unit's epilogue and stores it ran under:
-    # ptxas refuses an accumulator read after the edge while the wgmma that wrote it is in flight
-    # across it (C7514), and with it in flight there r1w16 ran out of registers (C7512)
+     "    static_assert(U % 2 == 0, \"the next span's unit 0 takes acc[0]: the last unit holds acc[1]\");\n"
+     "    if (sp == S::MB / SPAN - 1)\n      vote_next();  // the next stage's M block 0 into afr[0]\n"
+     "    else\n      convert_ahead(raw_base, offsets, mb0 + SPAN);\n    issue_ahead();\n"
+     "    float wv[S::NT][2];\n    unit_weights((U - 1) % S::CHUNKS, wv);\n    retired<1>(acc[(U - 1) & 1]);\n"),
     ("    if (unit_rows(U - 1, wv, rs)) store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);\n  }\n",
      "    if (unit_rows(U - 1, wv, rs)) store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);\n"
-     "    if (sp == S::MB / SPAN - 1) wgmma_wait<0>();  // the next stage's unit 0, run under these stores\n  }\n"),
+     "    wgmma_wait<0>();  // the unit issued ahead, run under these stores\n  }\n"),
     ("      canonical_stage(st, raw_base, raw, n0, empty);\n      vote_next();  // the next stage voted at this one's end (nothing to hide it under)\n",
      "      canonical_stage(st, raw_base, raw, n0, empty);\n      vote_next();  // the next stage voted at this one's end (nothing to hide it under)\n"
-     "      wgmma_wait<0>();\n"),
-    ("      vote_ahead(ring);\n    }\n", "      vote_ahead(ring);\n      wgmma_wait<0>();  // nothing to run it under at a piece's start\n    }\n"),
+     "      issue_ahead();\n      wgmma_wait<0>();\n"),
+    ("      vote_ahead(ring);\n    }\n", "      vote_ahead(ring);\n      issue_ahead();\n      wgmma_wait<0>();  // nothing to run it under at a piece's start\n    }\n"),
 ]
 # the rolled operand loop in Prefill too (the fifteenth session's kernel, before the launch's mode
 # picked the body)
