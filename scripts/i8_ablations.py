@@ -557,8 +557,9 @@ EDITS["voteahead"] = [
      '  }\n'
      '\n'),
      (
-     "  // voteahead: every stage voted and its first M block converted into afr[0] ahead -- a piece's\n"
-     "  // first at its start, each later one under the previous stage's last wgmma\n"
+     '  // Every stage is voted, and its first M block converted into afr[0], ahead of its turn: a\n'
+     "  // piece's first stage after the group set-up, each later one under the previous stage's last\n"
+     '  // wgmma (docs/perf-notes.md, sixteenth session: a stage boundary cost a consumer ~0.45 us).\n'
      '  bool nfast = false;\n'
      '  uint32_t noff[S::VK];\n'
      '  float nfac[S::VK];\n'
@@ -572,6 +573,11 @@ EDITS["voteahead"] = [
      '    khi = sm.keys[c].khi;\n'
      '    const Stage& st = sm.stage[c][slot];\n'
      '    load_raw(st.raw + raw_offset(), 0, raw);\n'
+     '    // Each lane judges VK keys (judged_key: a warp owns 16 keys of each M block, a quad the two of\n'
+     '    // each that its lanes convert) and hands their block offsets from the smallest scale byte (one\n'
+     "    // byte each) and their factors to the quad's lanes that convert and store them.\n"
+     "    // Keys outside the group's [vbeg, vend) are not scored: their bytes (stale, or the page's\n"
+     "    // other keys) take no part in the vote; the stage's other keys do, whichever piece stores them.\n"
      '    uint32_t my_scale[S::VK];\n'
      '    int my_kmin[S::VK];\n'
      '#pragma unroll\n'
@@ -580,12 +586,12 @@ EDITS["voteahead"] = [
      '      my_kmin[v] = min4(my_scale[v]);\n'
      '    }\n'
      '    bool fast = false;\n'
-     '    if (khi > 0) {\n'
+     "    if (khi > 0) {  // uniform: the group's verdict\n"
      '      bool ok = true;\n'
      '#pragma unroll\n'
      '      for (int v = 0; v < S::VK; ++v)\n'
      '        ok &= i8_key_fast(my_kmin[v], max4(my_scale[v]), n0 + judged_key(v), vbeg, vend, khi);\n'
-     '      fast = bar_and(2 + c, 128, ok);\n'
+     "      fast = bar_and(2 + c, 128, ok);  // the stage's one vote: all its keys in [vbeg, vend)\n"
      '    }\n'
      '#pragma unroll\n'
      '    for (int v = 0; v < S::VK; ++v) {\n'
@@ -599,7 +605,7 @@ EDITS["voteahead"] = [
      "  // them all: C7520); a canonical stage converts its own. Under the last unit's wgmma of a\n"
      "  // stage's last span afr[0] is free (its last M block, MB - 2, has retired).\n"
      '  OPUS_DEV void vote_ahead(const RingPos<S::STAGES>& nx) {\n'
-     '    uint4 nraw[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};  // M block 0\'s bytes, not kept: a canonical stage reads them again\n'
+     "    uint4 nraw[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};  // M block 0's bytes, not kept: a canonical stage reads them again\n"
      '    if (next_n0 >= 0) nfast = vote_stage(nx.slot, nx.phase, next_n0, nraw, noff, nfac);\n'
      '    const uint32_t off = noff[0];\n'
      '    int d[2];\n'
@@ -609,7 +615,7 @@ EDITS["voteahead"] = [
      '#pragma unroll\n'
      '    for (int j = 0; j < 4; ++j)\n'
      '#pragma unroll\n'
-     '      for (int k = 0; k < 4; ++k) pin(afr[0][j][k]);  // made here: not sunk into the next wgmma\'s block\n'
+     "      for (int k = 0; k < 4; ++k) pin(afr[0][j][k]);  // made here: not sunk into the next wgmma's block\n"
      '  }\n'
      '  OPUS_DEV void vote_next() {\n'
      '    RingPos<S::STAGES> nx = ring;\n'
@@ -630,14 +636,14 @@ EDITS["voteahead"] = [
      '      offsets[v] = noff[v];\n'
      '      factor[v] = nfac[v];\n'
      '    }\n'
-     '    load_raw(raw_base, 0, raw);  // M block 0\'s bytes again (the canonical path reads them; the fast path\'s are converted)\n'
+     "    load_raw(raw_base, 0, raw);  // M block 0's bytes again (the canonical path reads them; the fast path's are converted)\n"
      '    if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);\n'
      '    if (fast) {\n'
      '      stage_stores(n0);\n'
      '      fast_stage(raw_base, raw, offsets, factor, n0, empty);\n'
      '    } else {\n'
      '      canonical_stage(st, raw_base, raw, n0, empty);\n'
-     '      vote_next();  // the next stage voted at this one\'s end (nothing to hide it under)\n'
+     "      vote_next();  // the next stage voted at this one's end (nothing to hide it under)\n"
      '    }\n'
      '  }\n'
      '\n')),
@@ -652,7 +658,7 @@ EDITS["voteahead"] = [
      '#pragma unroll\n'
      '          for (int j = 0; j < 4; ++j)\n'
      '#pragma unroll\n'
-     '            for (int k = 0; k < 4; ++k) pin(afr[ml & 1][j][k]);  // made before the unit\'s stores (ptxas: C7520)\n'
+     "            for (int k = 0; k < 4; ++k) pin(afr[ml & 1][j][k]);  // made before the unit's stores (ptxas: C7520)\n"
      '        }\n'
      '      }')),
     ((
