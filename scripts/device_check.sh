@@ -11,6 +11,9 @@
 #             builds in the background from the start), then scripts/peer_compare.py (PEER_ARGS)
 #   bench     the bench CLI; BENCH_ARGS replaces its default selection (--suite deepseek_v4
 #             --quick), e.g. BENCH_ARGS="--suite deepseek_v4 --quick --best --peer deepgemm"
+#   ablations the run.sh of each folder in ABLATIONS (scripts/i8_ablations.py --out folders, carried;
+#             their binaries are built on the CPU machine), each log to $out/<folder>.log and its
+#             table printed (i8_ablations.py --summarize)
 set -uo pipefail
 out=${OUT:-device-out}; mkdir -p "$out"
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache} XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/xdg-cache}
@@ -69,6 +72,13 @@ for what in "${steps[@]}"; do
     PYTHONPATH=/tmp/dg_site:${PYTHONPATH:-} python3 -m mqa_logits_mxfp4 bench ${BENCH_ARGS:---suite deepseek_v4 --quick} \
       --csv "$out/bench.csv" --png "$out/bench.png" --log "$out/bench-candidates.jsonl" 2>&1 | tee "$out/bench.log"
     rc=$((rc | ${PIPESTATUS[0]})) ;;
+  ablations)
+    for dir in ${ABLATIONS:-}; do
+      log="$out/$(basename "$dir").log"
+      bash "$dir/run.sh" >"$log" 2>&1
+      echo "ablations $dir: rc=$? (a timing-only variant's wrong cells give rc 3)"
+      python3 scripts/i8_ablations.py --summarize "$log"
+    done ;;
   *) echo "unknown step $what"; rc=2 ;;
   esac
 done

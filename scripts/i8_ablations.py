@@ -20,6 +20,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
+    python3 scripts/i8_ablations.py --summarize log   # the medians as a markdown table, changes from base
     python3 scripts/i8_ablations.py --apply prefetchq   # land an exact variant the H200 measured (then the GPU suite)
 
 Each variant is exact text edits of kernel_sm90_i8.cuh; an edit whose text is no longer there
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -847,6 +849,46 @@ def build(out: Path, variant: str, tree: Path) -> str:
     return f"{variant}: built" + (f" ({len(serialized)} wgmma serialization warnings)" if serialized else "")
 
 
+_TIMED = re.compile(r"^(\w+): (\w+) M=(\d+) B=(\d+) keys=(\d+): median ([\d.]+) us.*?(\d+) past 1e-5 A; "
+                    r"\d+ repeats, (\d+) cells not bitwise")
+
+
+def summarize(log: str) -> str:
+    """A run.sh log as a markdown table: a row a (kernel, shape), a column a variant, each cell
+    the median over the rounds of the harness's medians and its change from base; a variant whose
+    cells missed the check or differed between launches is marked (timing-only variants do)."""
+    times: dict[tuple, dict[str, list[float]]] = {}
+    variants: list[str] = []
+    inexact: set[str] = set()
+    for line in log.splitlines():
+        m = _TIMED.match(line)
+        if not m:
+            continue
+        v, inst, rows, seqs, keys, med, bad, differ = m.groups()
+        if v not in variants:
+            variants.append(v)
+        if int(bad) or int(differ):
+            inexact.add(v)
+        times.setdefault((inst, int(rows), int(seqs), int(keys)), {}).setdefault(v, []).append(float(med))
+    if "base" in variants:
+        variants.remove("base")
+        variants.insert(0, "base")
+    out = ["| kernel, rows x seqs x keys | " + " | ".join(v + (" (inexact)" if v in inexact else "") for v in variants) + " |",
+           "|---" * (len(variants) + 1) + "|"]
+    for (inst, rows, seqs, keys), by in times.items():
+        med = {v: statistics.median(t) for v, t in by.items()}
+        cells = []
+        for v in variants:
+            if v not in med:
+                cells.append("")
+            elif v == "base" or "base" not in med:
+                cells.append(f"{med[v]:.1f}")
+            else:
+                cells.append(f"{med[v]:.1f} ({100 * (med[v] / med['base'] - 1):+.1f}%)")
+        out.append(f"| {inst.removeprefix('sm90_i8_')} {rows} x {seqs} x {keys} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="a folder of the checkout that is ignored (carry it)")
@@ -860,7 +902,11 @@ def main() -> int:
     ap.add_argument("--shapes", default="", help="';'-separated 'ROWS SEQS KEYS' for every id instead of the defaults")
     ap.add_argument("--csrc", type=Path, default=CSRC, help="the kernel tree to start from (default: this checkout's; "
                     "e.g. an older commit's, from `git archive`)")
+    ap.add_argument("--summarize", type=Path, metavar="LOG", help="print a run.sh log as a markdown table and stop")
     a = ap.parse_args()
+    if a.summarize:
+        print(summarize(a.summarize.read_text()))
+        return 0
     if a.apply:
         if a.apply not in VARIANTS:
             ap.error(f"unknown variant {a.apply}")

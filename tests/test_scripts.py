@@ -74,3 +74,17 @@ def test_wgmma_overlap_builds_unserialized(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     serialized = [line for line in res.stderr.splitlines() if "are serialized" in line]
     assert not serialized, "\n".join(serialized)
+
+
+def test_summarize_tables_medians_and_changes():
+    line = ("{v}: sm90_i8_r2w12 M=2 B=64 keys=32768: median {t} us (best 1.0), 1 GB/s of keys; fast/canonical "
+            "stages 8192/0; 4000 cells checked, worst 1.0e-08 A, {bad} past 1e-5 A; 8 repeats, 0 cells not bitwise "
+            "the first launch's")
+    log = "\n".join([line.format(v="base", t=100.0, bad=0), line.format(v="fast", t=90.0, bad=0),
+                     line.format(v="base", t=102.0, bad=0), line.format(v="fast", t=91.0, bad=0),
+                     line.format(v="wrong", t=50.0, bad=7), "  prefill: 1 row groups x 1 parts"])
+    table = ABL.summarize(log).splitlines()
+    assert table[0] == "| kernel, rows x seqs x keys | base | fast | wrong (inexact) |"
+    # base: median of 100 and 102; fast: 90.5 against 101.0 is -10.4%; one round of wrong
+    assert table[2] == "| r2w12 2 x 64 x 32768 | 101.0 | 90.5 (-10.4%) | 50.0 (-50.5%) |"
+    assert len(table) == 3
