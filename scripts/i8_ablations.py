@@ -521,43 +521,7 @@ EDITS["voteahead"] = [
      '    uint64_t* const empty = &sm.empty[c][ring.slot];\n'
      '    const uint8_t* raw_base = st.raw + raw_offset();\n'
      "    uint4 raw[2];  // M block 0's bytes, read first: both paths convert them first\n"
-     '    load_raw(raw_base, 0, raw);\n'
-     '    // Each lane judges VK keys (judged_key: a warp owns 16 keys of each M block, a quad the two of\n'
-     '    // each that its lanes convert) and hands their block offsets from the smallest scale byte (one\n'
-     "    // byte each) and their factors to the quad's lanes that convert and store them.\n"
-     "    // Keys outside the group's [vbeg, vend) are not scored: their bytes (stale, or the page's\n"
-     "    // other keys) take no part in the vote; the stage's other keys do, whichever piece stores them.\n"
-     '    uint32_t my_scale[S::VK];\n'
-     '    int my_kmin[S::VK];\n'
-     '#pragma unroll\n'
-     '    for (int v = 0; v < S::VK; ++v) {\n'
-     '      my_scale[v] = st.scale[judged_key(v)];\n'
-     '      my_kmin[v] = min4(my_scale[v]);\n'
-     '    }\n'
-     '    bool fast = false;\n'
-     "    if (khi > 0) {  // uniform: the group's verdict\n"
-     '      bool ok = true;\n'
-     '#pragma unroll\n'
-     '      for (int v = 0; v < S::VK; ++v)\n'
-     '        ok &= i8_key_fast(my_kmin[v], max4(my_scale[v]), n0 + judged_key(v), vbeg, vend, khi);\n'
-     "      fast = bar_and(2 + c, 128, ok);  // the stage's one vote: all its keys in [vbeg, vend)\n"
-     '    }\n'
-     '    if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);\n'
-     '    if (fast) {\n'
-     '      uint32_t offsets[S::VK];\n'
-     '      float factor[S::VK];\n'
-     '#pragma unroll\n'
-     '      for (int v = 0; v < S::VK; ++v) {\n'
-     '        offsets[v] = i8_key_offsets(my_scale[v], my_kmin[v]);\n'
-     '        factor[v] = i8_key_factor(my_kmin[v]);\n'
-     '      }\n'
-     '      stage_stores(n0);\n'
-     '      fast_stage(raw_base, raw, offsets, factor, n0, empty);\n'
-     '    } else {\n'
-     '      canonical_stage(st, raw_base, raw, n0, empty);\n'
-     '    }\n'
-     '  }\n'
-     '\n'),
+     '    load_raw(raw_base, 0, raw);\n'),
      (
      '  // Every stage is voted, and its first M block converted into afr[0], ahead of its turn: a\n'
      "  // piece's first stage after the group set-up, each later one under the previous stage's last\n"
@@ -574,27 +538,24 @@ EDITS["voteahead"] = [
      '    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n'
      '    khi = sm.keys[c].khi;\n'
      '    const Stage& st = sm.stage[c][slot];\n'
-     '    load_raw(st.raw + raw_offset(), 0, raw);\n'
-     '    // Each lane judges VK keys (judged_key: a warp owns 16 keys of each M block, a quad the two of\n'
-     '    // each that its lanes convert) and hands their block offsets from the smallest scale byte (one\n'
-     "    // byte each) and their factors to the quad's lanes that convert and store them.\n"
-     "    // Keys outside the group's [vbeg, vend) are not scored: their bytes (stale, or the page's\n"
-     "    // other keys) take no part in the vote; the stage's other keys do, whichever piece stores them.\n"
-     '    uint32_t my_scale[S::VK];\n'
-     '    int my_kmin[S::VK];\n'
+     '    load_raw(st.raw + raw_offset(), 0, raw);\n')),
+    ((
+     '    if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);\n'
+     '    if (fast) {\n'
+     '      uint32_t offsets[S::VK];\n'
+     '      float factor[S::VK];\n'
      '#pragma unroll\n'
-     '    for (int v = 0; v < S::VK; ++v) {\n'
-     '      my_scale[v] = st.scale[judged_key(v)];\n'
-     '      my_kmin[v] = min4(my_scale[v]);\n'
+     '      for (int v = 0; v < S::VK; ++v) {\n'
+     '        offsets[v] = i8_key_offsets(my_scale[v], my_kmin[v]);\n'
+     '        factor[v] = i8_key_factor(my_kmin[v]);\n'
+     '      }\n'
+     '      stage_stores(n0);\n'
+     '      fast_stage(raw_base, raw, offsets, factor, n0, empty);\n'
+     '    } else {\n'
+     '      canonical_stage(st, raw_base, raw, n0, empty);\n'
      '    }\n'
-     '    bool fast = false;\n'
-     "    if (khi > 0) {  // uniform: the group's verdict\n"
-     '      bool ok = true;\n'
-     '#pragma unroll\n'
-     '      for (int v = 0; v < S::VK; ++v)\n'
-     '        ok &= i8_key_fast(my_kmin[v], max4(my_scale[v]), n0 + judged_key(v), vbeg, vend, khi);\n'
-     "      fast = bar_and(2 + c, 128, ok);  // the stage's one vote: all its keys in [vbeg, vend)\n"
-     '    }\n'
+     '  }\n'),
+     (
      '#pragma unroll\n'
      '    for (int v = 0; v < S::VK; ++v) {\n'
      '      offsets[v] = i8_key_offsets(my_scale[v], my_kmin[v]);\n'
@@ -647,8 +608,7 @@ EDITS["voteahead"] = [
      '      canonical_stage(st, raw_base, raw, n0, empty);\n'
      "      vote_next();  // the next stage voted at this one's end (nothing to hide it under)\n"
      '    }\n'
-     '  }\n'
-     '\n')),
+     '  }\n')),
     ((
      "        if (mb == S::MB - 1) release(empty);  // the stage's last read\n"
      '        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n'
