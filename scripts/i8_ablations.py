@@ -18,7 +18,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants boundary --ids 20,17,18 --rounds 1  # the boundary's parts, in cycles
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,voteahead,spanahead --ids 20,16,17,18  # the boundary under the last unit
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,bias16 --ids 20,16  # the one-chunk bias slice by 16 lanes
-    python3 scripts/i8_ablations.py --out .gl/abl --variants base,bias16w12,setupunroll2 --ids 16,17,18  # set-up code at r1w12; the rolled set-up two words a turn
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,bias16w12,setupunroll2 --ids 16,17,18  # the former set-up forms (lane 0's slice at r1w12; one word a turn)
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
@@ -742,15 +742,13 @@ EDITS["onesetup"] = [
 # The bias slice at one chunk by the column's 16 lanes (two bytes each), as at two chunks and up,
 # in place of lane 0's whole slice once an operand word: ~250 fewer instructions of the set-up's
 # straight code (seventeenth session: ncu puts the set-up's samples on instruction fetch).
-EDITS["bias16"] = [("    if constexpr (S::CHUNKS > 1) {\n      *reinterpret_cast<uint16_t*>",
+EDITS["bias16"] = [("    if constexpr (S::CHUNKS > 1 || CONS == 2) {\n      *reinterpret_cast<uint16_t*>",
                     "    if constexpr (true) {\n      *reinterpret_cast<uint16_t*>")]
-# bias16 where it measured faster only: the two-consumer one-chunk kernels (r1w12).
-EDITS["bias16w12"] = [("    if constexpr (S::CHUNKS > 1) {\n      *reinterpret_cast<uint16_t*>",
-                       "    if constexpr (S::CHUNKS > 1 || CONS == 2) {\n      *reinterpret_cast<uint16_t*>")]
-# The rolled set-up loop (8+ words a thread: r2w12, r4w12, r8w12 in Free and Table mode) two words
-# an iteration: each iteration's chain (table load, permutes, the column sum's four shuffles, the
-# bias pair, the stores) waits out its own latency in the rolled form; two chains interleave.
-EDITS["setupunroll2"] = [("#pragma unroll(ROLL ? 1 : OPERAND_WORDS)\n", "#pragma unroll(ROLL ? 2 : OPERAND_WORDS)\n")]
+# The former kernel (before the seventeenth session): the one-chunk bias slice by lane 0 at two
+# consumers too, and the rolled set-up loop one word a turn.
+EDITS["bias16w12"] = [("    if constexpr (S::CHUNKS > 1 || CONS == 2) {\n      *reinterpret_cast<uint16_t*>",
+                       "    if constexpr (S::CHUNKS > 1) {\n      *reinterpret_cast<uint16_t*>")]
+EDITS["setupunroll2"] = [("#pragma unroll(ROLL ? 2 : OPERAND_WORDS)\n", "#pragma unroll(ROLL ? 1 : OPERAND_WORDS)\n")]
 # the split's set-up units (args.h's kPieceCost, 16) at other values: what the charge should be
 for _cost in (8, 24, 32):
     EDITS[f"pc{_cost}"] = [("args.h", "constexpr int kPieceCost = 16;", f"constexpr int kPieceCost = {_cost};")]

@@ -473,12 +473,13 @@ struct I8Consumer {
   // by the column's lane k (idx % 16). Rows x heads > 64: the 16 lanes write two bytes each
   // (slots 2k, 2k + 1), so the setup's code holds one short slot computation where lane 0 alone
   // would run the unrolled slice once an operand word (r2w16: 6 copies, ~100 instructions each,
-  // fetched cold on the way to the first stage) -- 3.5-7% faster at MTP 2. One chunk: lane 0
-  // writes the whole slice, as before: the 16-lane form moved ptxas's allocation of the r1
-  // kernel and cost it 3-6% (docs/perf-notes.md, 2026-12-03, eighth session).
+  // fetched cold on the way to the first stage) -- 3.5-7% faster at MTP 2; at one chunk with
+  // two consumers (r1w12) 3% at batch 1. With three (r1w16) lane 0 writes the whole slice: the
+  // 16-lane form moves ptxas's allocation of that kernel's fast stage, +9-20% (docs/perf-notes.md,
+  // eighth and seventeenth sessions).
   OPUS_DEV void bias_column(int n, int k, int qsum) {
     uint8_t* core = sm.qb + kScaleBlocks * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16;  // slots 0..15, +128: 16..31
-    if constexpr (S::CHUNKS > 1) {
+    if constexpr (S::CHUNKS > 1 || CONS == 2) {
       *reinterpret_cast<uint16_t*>(core + (k >> 3) * 128 + 2 * (k & 7)) = uint16_t(i8_bias_pair(i8_bias_quot(qsum), k));
     } else if (k == 0) {
       uint32_t w[8];
@@ -518,16 +519,18 @@ struct I8Consumer {
     }
   }
   // Converts a thread's words. In Free and Table mode groups of 8 or more words a thread (two
-  // rows and up) run it as a rolled loop: a CTA sets up one or two groups, each at the
-  // instruction fetch's pace, and one copy of the body took 3-4 us off r2w12's set-up on the H200
-  // (docs/perf-notes.md, fifteenth session); the shorter one-row set-ups stay unrolled (rolled,
-  // they measured no faster). Prefill sets a group up for every piece, ~30 a CTA with the code
+  // rows and up) run it as a loop two words a turn: a CTA sets up one or two groups, each at the
+  // instruction fetch's pace, and the rolled body took 3-4 us off r2w12's set-up on the H200
+  // (docs/perf-notes.md, fifteenth session); two words a turn let two words' latency chains
+  // (table load, permutes, the column sum's shuffles, stores) interleave: r2w12 batch 1 -4%,
+  // r4w12 -1.4% (seventeenth session). The shorter one-row set-ups stay unrolled (rolled, they
+  // measured no faster). Prefill sets a group up for every piece, ~30 a CTA with the code
   // warm after the first, and there the unrolled body's overlapped loads and selects win (r4w12
   // 3-4% faster, r2w12 1-2%: sixteenth session): both bodies are built, the launch's mode picks.
   static constexpr bool ROLL_SETUP = OPERAND_WORDS >= 8;
   template <bool ROLL>
   OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {
-#pragma unroll(ROLL ? 1 : OPERAND_WORDS)
+#pragma unroll(ROLL ? 2 : OPERAND_WORDS)
     for (int i = 0; i < OPERAND_WORDS; ++i) {
       const int idx = ct + i * S::CT;
       if (idx >= S::N * 16) break;  // warp-uniform
