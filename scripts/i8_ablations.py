@@ -750,6 +750,8 @@ EDITS["bias16"] = [("    if constexpr (S::CHUNKS > 1 || CONS == 2) {\n      *rei
 EDITS["bias16w12"] = [("    if constexpr (S::CHUNKS > 1 || CONS == 2) {\n      *reinterpret_cast<uint16_t*>",
                        "    if constexpr (S::CHUNKS > 1) {\n      *reinterpret_cast<uint16_t*>")]
 EDITS["setupunroll2"] = [("#pragma unroll(ROLL ? 2 : OPERAND_WORDS)\n", "#pragma unroll(ROLL ? 1 : OPERAND_WORDS)\n")]
+# ... and four words a turn (r2w12: two turns, r4w12: four).
+EDITS["setupunroll4"] = [("#pragma unroll(ROLL ? 2 : OPERAND_WORDS)\n", "#pragma unroll(ROLL ? 4 : OPERAND_WORDS)\n")]
 # Code layout alone (timing only, exact): PAD dead stores under a never-true test at the kernel's
 # entry, so everything after it -- the set-up, the stage loops -- sits PAD * ~2 instructions
 # later, with the live code and its registers unchanged. Whether r1w16's 10-30% swings with any
