@@ -19,6 +19,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,voteahead,spanahead --ids 20,16,17,18  # the boundary under the last unit
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,bias16 --ids 20,16  # the one-chunk bias slice by 16 lanes
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,pad4,pad8,pad16,pad32,pad64 --ids 20  # the code's place alone
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchfirst --ids 20,17  # the first group's rows into L2 early
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,bias16w12,setupunroll2 --ids 16,17,18  # the former set-up forms (lane 0's slice at r1w12; one word a turn)
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
@@ -765,6 +766,56 @@ for _pad in (4, 8, 16, 32, 64):
         f"    for (int i = 0; i < {_pad}; ++i)\n"
         "      asm volatile(\"st.global.u32 [%0], %1;\" ::\"l\"(static_cast<uint32_t*>(args.out) + 33 * i), \"r\"(i + tid) : \"memory\");\n"
         "  }\n"))]
+# The first group's query rows, scales and weights prefetched into L2 by the warp that knows the
+# CTA's first sequence (Free: right after its scan; Table: after its record's read), while the
+# walk, the row windows and the set-up's code run: the set-up's column loads, one DRAM trip of
+# 1.3-2.5 us on the start-up's path (fourteenth session's stamps), become L2 hits. Exact (a hint:
+# the rows are clamped into the launch's, so no address is outside its tensors).
+EDITS["prefetchfirst"] = [
+    ("template <int R>\nOPUS_DEV void group_keys(",
+     "// L2 prefetch of the rows of the group at unit offset `into` of sequence b (R rows a group).\n"
+     "template <int R>\n"
+     "OPUS_DEV void prefetch_first_group(const LaunchArgs& args, const SeqView& sv, int b, int into, int lane) {\n"
+     "  if (b < 0 || b >= sv.num_seqs) return;\n"
+     "  int qa, qb, end, lo, span;\n"
+     "  sv.bounds(b, qa, qb, end, lo, span);\n"
+     "  const int gu = SeqView::group_units(span);\n"
+     "  const int g = gu > 0 ? imax(into, 0) / gu : 0;\n"
+     "  const int r0 = qa + g * R, r1 = imin(qb, r0 + R);\n"
+     "  const int qline = args.heads * kHeadBytes / 128;  // 128-byte lines of a row's q\n"
+     "  const int wbytes = args.heads * (args.weights_bf16 ? 2 : 4);\n"
+     "  for (int r = r0; r < r1; ++r) {\n"
+     "    const uint8_t* qrow = args.q + (long long)r * args.heads * kHeadBytes;\n"
+     "    for (int l = lane; l < qline; l += 32) asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(qrow + 128 * l));\n"
+     "    const uint8_t* srow = args.q_scale + (long long)r * args.heads * kScaleBlocks;\n"
+     "    const uint8_t* wrow = static_cast<const uint8_t*>(args.weights) + r * args.stride_w * (args.weights_bf16 ? 2 : 4);\n"
+     "    if (lane * 128 < args.heads * kScaleBlocks) asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(srow + 128 * lane));\n"
+     "    if (lane * 128 < wbytes) asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(wrow + 128 * lane));\n"
+     "  }\n"
+     "}\n\n"
+     "template <int R>\nOPUS_DEV void group_keys("),
+    ("  if (args.mode == kModeFree && tid < 32) {\n"
+     "    const CtaRange cr = cta_range_scan(sv, R, blockIdx.x, gridDim.x, lane);\n"
+     "    if (lane == 0) {\n"
+     "      sm.range[0] = cr.u_begin;\n"
+     "      sm.range[1] = cr.u_end;\n"
+     "      sm.range[2] = cr.b;\n"
+     "      sm.range[3] = cr.base;\n"
+     "    }\n"
+     "  }\n",
+     "  if (args.mode == kModeFree && tid < 32) {\n"
+     "    const CtaRange cr = cta_range_scan(sv, R, blockIdx.x, gridDim.x, lane);\n"
+     "    if (lane == 0) {\n"
+     "      sm.range[0] = cr.u_begin;\n"
+     "      sm.range[1] = cr.u_end;\n"
+     "      sm.range[2] = cr.b;\n"
+     "      sm.range[3] = cr.base;\n"
+     "    }\n"
+     "    prefetch_first_group<R>(args, sv, cr.b, cr.u_begin - cr.base, lane);\n"
+     "  } else if (args.mode == kModeTable && tid < 32) {\n"
+     "    const int32_t* rec = args.records + (long long)blockIdx.x * kRecordInts;\n"
+     "    prefetch_first_group<R>(args, sv, rec[2], rec[0] - rec[3], lane);\n"
+     "  }\n")]
 # the split's set-up units (args.h's kPieceCost, 16) at other values: what the charge should be
 for _cost in (8, 24, 32):
     EDITS[f"pc{_cost}"] = [("args.h", "constexpr int kPieceCost = 16;", f"constexpr int kPieceCost = {_cost};")]
