@@ -23,7 +23,9 @@
 // CODEWARM=1 every timed launch follows the flush and one untimed launch on copies of the inputs:
 // the kernel's code is warm, its data cold. With PREFILL=1 the call is Prefill mode instead (row
 // groups x parts as the op's grid_sizes picks them); ROWS_PER_SEQ = KEYS and SEQS = 1 is a fresh
-// causal prefill (row r sees keys [0, r + 1)).
+// causal prefill (row r sees keys [0, r + 1)). With TABLE=1 it is Table mode: the schedule
+// records made here by worksplit.h's serial split (the split the Free scan and the op's record
+// builder make too), a program an SM.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -36,6 +38,7 @@
 
 #include "checks.h"
 #include "kernels.h"
+#include "worksplit.h"
 
 using namespace opus;
 
@@ -223,6 +226,22 @@ int main(int argc, char** argv) {
     c.mode = kModePrefill;
     c.grid_x = groups;
     c.parts = std::max(1, std::min(pages_per_seq * P / kBlockN, (slots + groups - 1) / groups));
+  }
+  int32_t* drec = nullptr;
+  if (std::getenv("TABLE") != nullptr && !prefill) {
+    SeqView sv{qsl.data(), ends.data(), B, rows};
+    std::vector<int32_t> rec(size_t(sms) * kRecordInts, 0);
+    for (int pid = 0; pid < sms; ++pid) {
+      const CtaRange cr = cta_range_serial(sv, inst->rows, pid, sms);
+      int32_t* r = &rec[size_t(pid) * kRecordInts];
+      r[0] = cr.u_begin;
+      r[1] = cr.u_end;
+      r[2] = cr.b;
+      r[3] = cr.base;
+    }
+    drec = to_device(rec);
+    c.mode = kModeTable;
+    c.records = desc(drec, kI32, {sms, kRecordInts});
   }
   LaunchArgs args{};
   const std::string err = check_call(c, *inst, &args);
