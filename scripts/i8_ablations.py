@@ -771,6 +771,10 @@ for _pad in (4, 8, 16, 32, 64):
 # walk, the row windows and the set-up's code run: the set-up's column loads, one DRAM trip of
 # 1.3-2.5 us on the start-up's path (fourteenth session's stamps), become L2 hits. Exact (a hint:
 # the rows are clamped into the launch's, so no address is outside its tensors).
+_FREE_SCAN = ("  if (args.mode == kModeFree && tid < 32) {\n"
+              "    const CtaRange cr = cta_range_scan(sv, R, blockIdx.x, gridDim.x, lane);\n"
+              "    if (lane == 0) {\n      sm.range[0] = cr.u_begin;\n      sm.range[1] = cr.u_end;\n"
+              "      sm.range[2] = cr.b;\n      sm.range[3] = cr.base;\n    }\n  }\n")
 EDITS["prefetchfirst"] = [
     ("template <int R>\nOPUS_DEV void group_keys(",
      "// L2 prefetch of the rows of the group at unit offset `into` of sequence b (R rows a group).\n"
@@ -794,28 +798,12 @@ EDITS["prefetchfirst"] = [
      "  }\n"
      "}\n\n"
      "template <int R>\nOPUS_DEV void group_keys("),
-    ("  if (args.mode == kModeFree && tid < 32) {\n"
-     "    const CtaRange cr = cta_range_scan(sv, R, blockIdx.x, gridDim.x, lane);\n"
-     "    if (lane == 0) {\n"
-     "      sm.range[0] = cr.u_begin;\n"
-     "      sm.range[1] = cr.u_end;\n"
-     "      sm.range[2] = cr.b;\n"
-     "      sm.range[3] = cr.base;\n"
-     "    }\n"
-     "  }\n",
-     "  if (args.mode == kModeFree && tid < 32) {\n"
-     "    const CtaRange cr = cta_range_scan(sv, R, blockIdx.x, gridDim.x, lane);\n"
-     "    if (lane == 0) {\n"
-     "      sm.range[0] = cr.u_begin;\n"
-     "      sm.range[1] = cr.u_end;\n"
-     "      sm.range[2] = cr.b;\n"
-     "      sm.range[3] = cr.base;\n"
-     "    }\n"
-     "    prefetch_first_group<R>(args, sv, cr.b, cr.u_begin - cr.base, lane);\n"
-     "  } else if (args.mode == kModeTable && tid < 32) {\n"
-     "    const int32_t* rec = args.records + (long long)blockIdx.x * kRecordInts;\n"
-     "    prefetch_first_group<R>(args, sv, rec[2], rec[0] - rec[3], lane);\n"
-     "  }\n")]
+    (_FREE_SCAN, _FREE_SCAN[:-len("  }\n")]
+     + "    prefetch_first_group<R>(args, sv, cr.b, cr.u_begin - cr.base, lane);\n"
+       "  } else if (args.mode == kModeTable && tid < 32) {\n"
+       "    const int32_t* rec = args.records + (long long)blockIdx.x * kRecordInts;\n"
+       "    prefetch_first_group<R>(args, sv, rec[2], rec[0] - rec[3], lane);\n"
+       "  }\n")]
 # The launch's row metadata (qsl, row_ends, row_starts) prefetched into L2 by warp 0 at the entry:
 # the Free scan reads qsl and then, through it, row_ends (two dependent DRAM trips, ~2.3 us to
 # the scan's end), the Table walk reads them after its record. With both arrays in flight from
