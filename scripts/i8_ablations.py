@@ -79,6 +79,30 @@ _TAB_FIRST = ("    int pend_u = 0;\n#pragma unroll\n    for (int u = 0; u < U; +
               "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n"
               "      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n")
 
+# A warp's L2 prefetch of query rows [r0, r1): q, q_scale and weights, a 128-byte line a lane
+# (prefetchq at each piece's start in the producer, prefetchfirst at the kernel's entry).
+def _prefetch_rows(r0: str, r1: str, ind: str) -> str:
+    pf = 'asm volatile("prefetch.global.L2 [%0];" ::"l"('
+    return (f"{ind}for (int r = {r0}; r < {r1}; ++r) {{\n"
+            f"{ind}  const uint8_t* qrow = args.q + (long long)r * H * kHeadBytes;\n"
+            f"{ind}  for (int off = lane * 128; off < H * kHeadBytes; off += 32 * 128)\n"
+            f"{ind}    {pf}qrow + off));\n"
+            f"{ind}  const int wbytes = H * (args.weights_bf16 ? 2 : 4);\n"
+            f"{ind}  const uint8_t* wrow = static_cast<const uint8_t*>(args.weights) + (long long)r * args.stride_w * (wbytes / H);\n"
+            f"{ind}  if (lane * 128 < H * 4) {pf}args.q_scale + (long long)r * H * 4 + lane * 128));\n"
+            f"{ind}  if (lane * 128 < wbytes) {pf}wrow + lane * 128));\n"
+            f"{ind}}}\n")
+
+
+# A CTA's record in path_stats: the harness's kCtaWord0 (32) words on, kCtaRecord (22) words a CTA
+# (scripts/opus_harness.cu); word i is _CTA_REC + "i]".
+_CTA_REC = "args.path_stats[32 + 22 * blockIdx.x + "
+# The stage's top, and the same with its full-barrier wait timed (piecetimes, boundary: the
+# cycles from w0)
+_STAGE_TOP = "  OPUS_DEV void stage(int n0) {\n    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n"
+_TIMED_STAGE_TOP = _STAGE_TOP.replace("    mbar_wait", "    const long long w0 = clock64();\n    mbar_wait")
+
+
 EDITS = {
     # the epilogue's float work as integer multiply-adds on the same bits (wrong logits; what the
     # FP32 instructions' collisions with the tensor core cost): one IMAD a cell, or two
@@ -267,16 +291,7 @@ EDITS = {
     "prefetchq": [("    const int32_t* bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;\n    constexpr int STEP = S::KEYS * CONS;\n",
                    "    const int32_t* bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;\n    constexpr int STEP = S::KEYS * CONS;\n"
                    "    if (c == 0) {  // one warp: a 128-byte line a lane and row\n"
-                   "      for (int r = p.r0; r < imin(p.r1, p.r0 + R); ++r) {\n"
-                   "        const uint8_t* qrow = args.q + (long long)r * H * kHeadBytes;\n"
-                   "        for (int off = lane * 128; off < H * kHeadBytes; off += 32 * 128)\n"
-                   "          asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(qrow + off));\n"
-                   "        const int wbytes = H * (args.weights_bf16 ? 2 : 4);\n"
-                   "        const uint8_t* wrow = static_cast<const uint8_t*>(args.weights) + (long long)r * args.stride_w * (wbytes / H);\n"
-                   "        if (lane * 128 < H * 4) asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(args.q_scale + (long long)r * H * 4 + lane * 128));\n"
-                   "        if (lane * 128 < wbytes) asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(wrow + lane * 128));\n"
-                   "      }\n"
-                   "    }\n")],
+                   + _prefetch_rows("p.r0", "imin(p.r1, p.r0 + R)", "      ") + "    }\n")],
     # each M block's two key tables loaded a unit ahead (after the previous M block's
     # conversion, before its wgmma) instead of just before the permutes that use them: the
     # LDS.128's latency off the warp's in-order stream, for 8 registers (exact)
@@ -373,12 +388,12 @@ EDITS["ctaends"] = [
     ("  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n",
      "  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n"
      "  if (tid == 0 && args.path_stats) {\n    unsigned smid;\n    asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n"
-     "    args.path_stats[32 + 22 * blockIdx.x + 1] = smid;\n    args.path_stats[32 + 22 * blockIdx.x + 2] = stamp_now();\n  }\n"),
+     "    " + _CTA_REC + "1] = smid;\n    " + _CTA_REC + "2] = stamp_now();\n  }\n"),
     ("  while (walk.next(args, R, p))\n    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n}\n",
      "  int npieces = 0, ntiles = 0;\n  while (walk.next(args, R, p))\n    if (p.r1 > p.r0 && p.t1 > p.t0) {\n"
      "      cons.piece(p);\n      ++npieces;\n      ntiles += p.t1 - p.t0;\n    }\n"
-     "  if (ct % 128 == 0 && args.path_stats) {\n    atomicMax(&args.path_stats[32 + 22 * blockIdx.x], stamp_now());\n"
-     "    if (ct == 0) args.path_stats[32 + 22 * blockIdx.x + 3] = (unsigned long long)npieces << 32 | unsigned(ntiles);\n  }\n}\n"),
+     "  if (ct % 128 == 0 && args.path_stats) {\n    atomicMax(&" + _CTA_REC + "0], stamp_now());\n"
+     "    if (ct == 0) " + _CTA_REC + "3] = (unsigned long long)npieces << 32 | unsigned(ntiles);\n  }\n}\n"),
 ]
 # the start-up's floor: the kernel returns before any work (the launch of this grid, block and
 # shared memory alone), or right after the Free-mode scan and the CTA barrier (wrong logits)
@@ -433,12 +448,11 @@ EDITS["unrollsetup"] = [("  static constexpr bool ROLL_SETUP = OPERAND_WORDS >= 
 # the CTA's four): its stages in the first piece and in all, the cycles its thread 0 waited on
 # full stages, and when its first piece ended, its second piece's set-up ended and it ended.
 # CTADUMP=1 prints every CTA's. Timing only in its waits' clock reads.
-_CONS_REC = "args.path_stats[32 + 22 * blockIdx.x + 4 + 6 * c + "
+_CONS_REC = _CTA_REC + "4 + 6 * c + "
 EDITS["piecetimes"] = EDITS["ctaends"] + [
-    ("  OPUS_DEV void stage(int n0) {\n    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n",
-     "  long long waited = 0;\n  int nstages = 0, npiece = 0;\n"
-     "  OPUS_DEV void stage(int n0) {\n    const long long w0 = clock64();\n    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n"
-     "    waited += clock64() - w0;\n    ++nstages;\n"),
+    (_STAGE_TOP,
+     "  long long waited = 0;\n  int nstages = 0, npiece = 0;\n" + _TIMED_STAGE_TOP
+     + "    waited += clock64() - w0;\n    ++nstages;\n"),
     ("    if (kbeg >= kend) return;  // the producer skips it too\n    setup_group(p, gbeg, gend, kbeg);\n",
      "    if (kbeg >= kend) return;  // the producer skips it too\n"
      "    const bool rec = args.path_stats && ct % 128 == 0;\n"
@@ -485,12 +499,11 @@ EDITS["stagealign"] = [
 # wgmma's issue (the first M block's conversion), and each span's tail from its last wgmma's issue
 # through its last stores -- in the harness's six words a consumer (stages, wait, vote, head, tail,
 # end; CTADUMP=raw prints them). Fast stages only (the harness's data has no canonical one).
-_BND = "args.path_stats[32 + 22 * blockIdx.x + 4 + 6 * cons.c + "
+_BND = _CTA_REC + "4 + 6 * cons.c + "
 EDITS["boundary"] = EDITS["ctaends"] + [
-    ("  OPUS_DEV void stage(int n0) {\n    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n",
+    (_STAGE_TOP,
      "  long long cyc_wait = 0, cyc_vote = 0, cyc_head = 0, cyc_tail = 0, t_mark = 0;\n  int nstages = 0;\n"
-     "  OPUS_DEV void stage(int n0) {\n    const long long w0 = clock64();\n    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n"
-     "    t_mark = clock64();\n    cyc_wait += t_mark - w0;\n    ++nstages;\n"),
+     + _TIMED_STAGE_TOP + "    t_mark = clock64();\n    cyc_wait += t_mark - w0;\n    ++nstages;\n"),
     ("    if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);\n    if (fast) {\n      uint32_t offsets[S::VK];\n",
      "    {\n      const long long tv = clock64();\n      cyc_vote += tv - t_mark;\n      t_mark = tv;\n    }\n"
      "    if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);\n    if (fast) {\n      uint32_t offsets[S::VK];\n"),
@@ -778,31 +791,20 @@ _FREE_SCAN = ("  if (args.mode == kModeFree && tid < 32) {\n"
 EDITS["prefetchfirst"] = [
     ("template <int R>\nOPUS_DEV void group_keys(",
      "// L2 prefetch of the rows of the group at unit offset `into` of sequence b (R rows a group).\n"
-     "template <int R>\n"
+     "template <int R, int H>\n"
      "OPUS_DEV void prefetch_first_group(const LaunchArgs& args, const SeqView& sv, int b, int into, int lane) {\n"
      "  if (b < 0 || b >= sv.num_seqs) return;\n"
      "  int qa, qb, end, lo, span;\n"
      "  sv.bounds(b, qa, qb, end, lo, span);\n"
      "  const int gu = SeqView::group_units(span);\n"
-     "  const int g = gu > 0 ? imax(into, 0) / gu : 0;\n"
-     "  const int r0 = qa + g * R, r1 = imin(qb, r0 + R);\n"
-     "  const int qline = args.heads * kHeadBytes / 128;  // 128-byte lines of a row's q\n"
-     "  const int wbytes = args.heads * (args.weights_bf16 ? 2 : 4);\n"
-     "  for (int r = r0; r < r1; ++r) {\n"
-     "    const uint8_t* qrow = args.q + (long long)r * args.heads * kHeadBytes;\n"
-     "    for (int l = lane; l < qline; l += 32) asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(qrow + 128 * l));\n"
-     "    const uint8_t* srow = args.q_scale + (long long)r * args.heads * kScaleBlocks;\n"
-     "    const uint8_t* wrow = static_cast<const uint8_t*>(args.weights) + r * args.stride_w * (args.weights_bf16 ? 2 : 4);\n"
-     "    if (lane * 128 < args.heads * kScaleBlocks) asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(srow + 128 * lane));\n"
-     "    if (lane * 128 < wbytes) asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(wrow + 128 * lane));\n"
-     "  }\n"
-     "}\n\n"
+     "  const int r0 = qa + (gu > 0 ? imax(into, 0) / gu : 0) * R;\n"
+     + _prefetch_rows("r0", "imin(qb, r0 + R)", "  ") + "}\n\n"
      "template <int R>\nOPUS_DEV void group_keys("),
     (_FREE_SCAN, _FREE_SCAN[:-len("  }\n")]
-     + "    prefetch_first_group<R>(args, sv, cr.b, cr.u_begin - cr.base, lane);\n"
+     + "    prefetch_first_group<R, H>(args, sv, cr.b, cr.u_begin - cr.base, lane);\n"
        "  } else if (args.mode == kModeTable && tid < 32) {\n"
        "    const int32_t* rec = args.records + (long long)blockIdx.x * kRecordInts;\n"
-       "    prefetch_first_group<R>(args, sv, rec[2], rec[0] - rec[3], lane);\n"
+       "    prefetch_first_group<R, H>(args, sv, rec[2], rec[0] - rec[3], lane);\n"
        "  }\n")]
 # The launch's row metadata (qsl, row_ends, row_starts) prefetched into L2 by warp 0 at the entry:
 # the Free scan reads qsl and then, through it, row_ends (two dependent DRAM trips, ~2.3 us to

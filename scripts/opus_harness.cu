@@ -129,7 +129,9 @@ static void print_cta_ends(const unsigned long long* rec, int stride, int max_ct
   std::printf("\n  ends by SM (sm:end):");
   for (const Cta& c : by_sm) std::printf(" %d:%.1f", c.sm, c.end);
   std::printf("\n");
-  if (std::getenv("CTADUMP") == nullptr) return;
+  const char* dump = std::getenv("CTADUMP");
+  if (dump == nullptr) return;
+  const bool raw = std::string(dump) == "raw";  // the words as the variant wrote them (the last a time)
   const double t0d = double(t0);
   const auto at = [&](unsigned long long w) { return w ? (double(w) - t0d) / 1e3 : -1.0; };
   for (const Cta& c : v) {
@@ -138,7 +140,7 @@ static void print_cta_ends(const unsigned long long* rec, int stride, int max_ct
     for (int k = 0; k < 3; ++k) {
       const unsigned long long* w = r + 4 + k * kConsWords;
       if (w[1] == 0) continue;
-      if (std::string(std::getenv("CTADUMP")) == "raw") {  // the words as the variant wrote them (the last a time)
+      if (raw) {
         std::printf(" c%d %llu %llu %llu %llu %llu end %.2f |", k, w[0], w[1], w[2], w[3], w[4], at(w[5]));
         continue;
       }
@@ -227,7 +229,6 @@ int main(int argc, char** argv) {
     c.grid_x = groups;
     c.parts = std::max(1, std::min(pages_per_seq * P / kBlockN, (slots + groups - 1) / groups));
   }
-  int32_t* drec = nullptr;
   if (std::getenv("TABLE") != nullptr && !prefill) {
     SeqView sv{qsl.data(), ends.data(), B, rows};
     std::vector<int32_t> rec(size_t(sms) * kRecordInts, 0);
@@ -239,9 +240,8 @@ int main(int argc, char** argv) {
       r[2] = cr.b;
       r[3] = cr.base;
     }
-    drec = to_device(rec);
     c.mode = kModeTable;
-    c.records = desc(drec, kI32, {sms, kRecordInts});
+    c.records = desc(to_device(rec), kI32, {sms, kRecordInts});
   }
   LaunchArgs args{};
   const std::string err = check_call(c, *inst, &args);
