@@ -824,6 +824,55 @@ EDITS["prefetchmeta"] = [
 # the split's set-up units (args.h's kPieceCost, 16) at other values: what the charge should be
 for _cost in (8, 24, 32):
     EDITS[f"pc{_cost}"] = [("args.h", "constexpr int kPieceCost = 16;", f"constexpr int kPieceCost = {_cost};")]
+# The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
+# column's -kI8KeyBias * qsum (the value the bias slice sums to) beside its weights, each unit's
+# accumulator is written from it before the wgmma fence, and the four k-slices accumulate onto it
+# (four wgmma a chunk, 32 register moves a thread). Exact: the same integers in the same s32 sum.
+EDITS["accinit"] = [
+    ("  float wfast[S::N];                  // fast path: w' = w * 2^(qmin - 127), then scaled (scale_weights; 0 for dead rows)\n",
+     "  float wfast[S::N];                  // fast path: w' = w * 2^(qmin - 127), then scaled (scale_weights; 0 for dead rows)\n"
+     "  int qbias[S::N];                    // fast path: -kI8KeyBias * the column's operand sum (each unit's start)\n"),
+    ("        bias_column(n, idx & 15, qsum);\n",
+     "        bias_column(n, idx & 15, qsum);\n        if ((idx & 15) == 0) sm.qbias[n] = -int(kI8KeyBias) * qsum;\n"),
+    ("  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n",
+     "  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n  int breg[S::W_IN_REGS ? S::N / 4 : 1];\n"),
+    ("          for (int e = 0; e < 2; ++e) wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];\n",
+     "          for (int e = 0; e < 2; ++e) {\n"
+     "            wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];\n"
+     "            breg[(ch * S::NT + i) * 2 + e] = sm.qbias[ch * S::NC + 8 * i + 2 * t + e];\n"
+     "          }\n"),
+    ("  template <int NC>\n  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n"
+     "    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(acc, ab, b_desc(kScaleBlocks, ch));\n",
+     "  OPUS_DEV void init_acc(int32_t (&ac)[S::ACC], int ch) const {\n"
+     "#pragma unroll\n    for (int i = 0; i < S::NT; ++i)\n#pragma unroll\n      for (int e = 0; e < 2; ++e) {\n"
+     "        int b;\n"
+     "        if constexpr (S::W_IN_REGS) b = breg[(ch * S::NT + i) * 2 + e];\n"
+     "        else b = sm.qbias[ch * S::NC + 8 * i + 2 * t + e];\n"
+     "        ac[4 * i + e] = b;\n        ac[4 * i + 2 + e] = b;\n      }\n  }\n"
+     "  template <int NC>\n  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n"),
+    ("      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n",
+     "      init_acc(acc[u & 1], ch);\n      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n"),
+]
+
+# accinit with the starts read from shared memory at each unit, in the accumulator's own order: the
+# quad lane t's int4 (c0, c1, c0, c1) of 8-column group i holds columns 8i + 2t, 8i + 2t + 1 for
+# keys g and g + 8 (one LDS.128 straight into four accumulators, eight a 64-column unit; the 8
+# lanes of a t read one address), so no register holds them across the stage.
+EDITS["accinitsm"] = [
+    EDITS["accinit"][0][:1] + (EDITS["accinit"][0][0] +
+     "  alignas(16) int qbias[2 * S::N];    // fast path: column n's -kI8KeyBias * qsum at (n / 2) * 4 + n % 2 and + 2\n",),
+    ("        bias_column(n, idx & 15, qsum);\n",
+     "        bias_column(n, idx & 15, qsum);\n"
+     "        if ((idx & 15) == 0) sm.qbias[(n >> 1) * 4 + (n & 1)] = sm.qbias[(n >> 1) * 4 + (n & 1) + 2] = -int(kI8KeyBias) * qsum;\n"),
+    (EDITS["accinit"][4][0],
+     "  OPUS_DEV void init_acc(int32_t (&ac)[S::ACC], int ch) const {\n"
+     "#pragma unroll\n    for (int i = 0; i < S::NT; ++i) {\n"
+     "      const int4 v = *reinterpret_cast<const int4*>(&sm.qbias[((ch * S::NT + i) * 4 + t) * 4]);\n"
+     "      ac[4 * i] = v.x;\n      ac[4 * i + 1] = v.y;\n      ac[4 * i + 2] = v.z;\n      ac[4 * i + 3] = v.w;\n    }\n  }\n"
+     "  template <int NC>\n  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n"),
+    EDITS["accinit"][5],
+]
+
 COMBOS = {"prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
