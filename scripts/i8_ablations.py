@@ -21,6 +21,8 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,pad4,pad8,pad16,pad32,pad64 --ids 20  # the code's place alone
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchfirst --ids 20,17  # the first group's rows into L2 early
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,bias16w12,setupunroll2 --ids 16,17,18  # the former set-up forms (lane 0's slice at r1w12; one word a turn)
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,accinit,accinitsm --ids 20,16,17,18  # the bias's correction as the accumulator's start
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,descsalt --ids 20,16,17,18  # the wgmma descriptors held in uniform registers
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
@@ -871,6 +873,19 @@ EDITS["accinitsm"] = [
      "      ac[4 * i] = v.x;\n      ac[4 * i + 1] = v.y;\n      ac[4 * i + 2] = v.z;\n      ac[4 * i + 3] = v.w;\n    }\n  }\n"
      "  template <int NC>\n  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n"),
     EDITS["accinit"][5],
+]
+
+# The fast chunk's ten wgmma descriptors out of uniform registers held across the stage: ptxas
+# rematerializes each constant descriptor as two UMOV right before its IGMMA (81 of r2w12's ~1240
+# fast-stage instructions, each IGMMA waiting on its pair); a descriptor offset by a launch value
+# it cannot fold (Prefill's `parts` >> 31: 0, parts >= 1) is computed once and kept. Exact.
+EDITS["descsalt"] = [
+    ("  float gscale = 1.0f;\n",
+     "  float gscale = 1.0f;\n  const uint64_t dsalt = uint64_t(uint32_t(args.parts) >> 31);  // 0, opaque to ptxas\n"),
+    ("    WgmmaI8<NC, true>::start(acc, ab, b_desc(kScaleBlocks, ch));\n#pragma unroll\n"
+     "    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), true);\n",
+     "    WgmmaI8<NC, true>::start(acc, ab, b_desc(kScaleBlocks, ch) + dsalt);\n#pragma unroll\n"
+     "    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch) + dsalt, true);\n"),
 ]
 
 COMBOS = {"prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
