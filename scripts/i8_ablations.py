@@ -882,9 +882,9 @@ EDITS["accinitsm"] = [
 EDITS["descsalt"] = [
     ("  float gscale = 1.0f;\n",
      "  float gscale = 1.0f;\n  const uint64_t dsalt = uint64_t(uint32_t(args.parts) >> 31);  // 0, opaque to ptxas\n"),
-    ("    WgmmaI8<NC, true>::start(acc, ab, b_desc(kScaleBlocks, ch));\n#pragma unroll\n"
+    ("b_desc(kScaleBlocks, ch));\n#pragma unroll\n"
      "    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), true);\n",
-     "    WgmmaI8<NC, true>::start(acc, ab, b_desc(kScaleBlocks, ch) + dsalt);\n#pragma unroll\n"
+     "b_desc(kScaleBlocks, ch) + dsalt);\n#pragma unroll\n"
      "    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch) + dsalt, true);\n"),
 ]
 
