@@ -888,7 +888,18 @@ EDITS["descsalt"] = [
      "    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch) + dsalt, true);\n"),
 ]
 
-COMBOS = {"prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
+# Unit u - 2's stores after unit u's wgmma issue, not before it (the split body's order): in
+# order issue, the store's quad shuffles and adds stood between the previous epilogue and every
+# unit's first IGMMA (a memory operation, the store keeps its place among the wgmma statements).
+# The same instructions, exact.
+EDITS["storeafter"] = [
+    ("      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n      wgmma_fence();\n"
+     "      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n",
+     "      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n"
+     "      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n"),
+]
+
+COMBOS = {"descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
           "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],
