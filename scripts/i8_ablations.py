@@ -99,6 +99,14 @@ def _prefetch_rows(r0: str, r1: str, ind: str) -> str:
 # A CTA's record in path_stats: the harness's kCtaWord0 (32) words on, kCtaRecord (22) words a CTA
 # (scripts/opus_harness.cu); word i is _CTA_REC + "i]".
 _CTA_REC = "args.path_stats[32 + 22 * blockIdx.x + "
+
+
+def _cons_rec(c: str) -> str:
+    """Word j of consumer warpgroup c's part of the record (the harness's kConsWords = 6 words a
+    consumer after the CTA's four) is _cons_rec(c) + "j]"."""
+    return _CTA_REC + f"4 + 6 * {c} + "
+
+
 # The stage's top, and the same with its full-barrier wait timed (piecetimes, boundary: the
 # cycles from w0)
 _STAGE_TOP = "  OPUS_DEV void stage(int n0) {\n    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n"
@@ -450,7 +458,6 @@ EDITS["unrollsetup"] = [("  static constexpr bool ROLL_SETUP = OPERAND_WORDS >= 
 # the CTA's four): its stages in the first piece and in all, the cycles its thread 0 waited on
 # full stages, and when its first piece ended, its second piece's set-up ended and it ended.
 # CTADUMP=1 prints every CTA's. Timing only in its waits' clock reads.
-_CONS_REC = _CTA_REC + "4 + 6 * c + "
 EDITS["piecetimes"] = EDITS["ctaends"] + [
     (_STAGE_TOP,
      "  long long waited = 0;\n  int nstages = 0, npiece = 0;\n" + _TIMED_STAGE_TOP
@@ -458,14 +465,14 @@ EDITS["piecetimes"] = EDITS["ctaends"] + [
     ("    if (kbeg >= kend) return;  // the producer skips it too\n    setup_group(p, gbeg, gend, kbeg);\n",
      "    if (kbeg >= kend) return;  // the producer skips it too\n"
      "    const bool rec = args.path_stats && ct % 128 == 0;\n"
-     "    if (rec && npiece == 1) {\n      " + _CONS_REC + "0] = nstages;\n      " + _CONS_REC + "3] = stamp_now();\n    }\n"
+     "    if (rec && npiece == 1) {\n      " + _cons_rec("c") + "0] = nstages;\n      " + _cons_rec("c") + "3] = stamp_now();\n    }\n"
      "    setup_group(p, gbeg, gend, kbeg);\n"
-     "    if (rec && npiece == 1) " + _CONS_REC + "4] = stamp_now();\n    ++npiece;\n"),
+     "    if (rec && npiece == 1) " + _cons_rec("c") + "4] = stamp_now();\n    ++npiece;\n"),
     ("      cons.piece(p);\n      ++npieces;\n",
      "      cons.piece(p);\n      ++npieces;\n"
      "      if (ct % 128 == 0 && args.path_stats) {\n        const int c = cons.c;\n"
-     "        " + _CONS_REC + "1] = cons.nstages;\n        " + _CONS_REC + "2] = cons.waited;\n"
-     "        " + _CONS_REC + "5] = stamp_now();\n        if (npieces == 1) " + _CONS_REC + "0] = cons.nstages;\n      }\n"),
+     "        " + _cons_rec("c") + "1] = cons.nstages;\n        " + _cons_rec("c") + "2] = cons.waited;\n"
+     "        " + _cons_rec("c") + "5] = stamp_now();\n        if (npieces == 1) " + _cons_rec("c") + "0] = cons.nstages;\n      }\n"),
 ]
 # Free mode's unit ranges with their ends moved back to a stage's start (4 tiles, the sequence's
 # own numbering) where they fall among a group's tiles: no CTA scores a stage that another also
@@ -501,7 +508,7 @@ EDITS["stagealign"] = [
 # wgmma's issue (the first M block's conversion), and each span's tail from its last wgmma's issue
 # through its last stores -- in the harness's six words a consumer (stages, wait, vote, head, tail,
 # end; CTADUMP=raw prints them). Fast stages only (the harness's data has no canonical one).
-_BND = _CTA_REC + "4 + 6 * cons.c + "
+_BND = _cons_rec("cons.c")
 EDITS["boundary"] = EDITS["ctaends"] + [
     (_STAGE_TOP,
      "  long long cyc_wait = 0, cyc_vote = 0, cyc_head = 0, cyc_tail = 0, t_mark = 0;\n  int nstages = 0;\n"
@@ -827,57 +834,57 @@ EDITS["prefetchmeta"] = [
 for _cost in (8, 24, 32):
     EDITS[f"pc{_cost}"] = [("args.h", "constexpr int kPieceCost = 16;", f"constexpr int kPieceCost = {_cost};")]
 # The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
-# column's -kI8KeyBias * qsum (the value the bias slice sums to) beside its weights, each unit's
-# accumulator is written from it before the wgmma fence, and the four k-slices accumulate onto it
-# (four wgmma a chunk, 32 register moves a thread). Exact: the same integers in the same s32 sum.
-EDITS["accinit"] = [
-    ("  float wfast[S::N];                  // fast path: w' = w * 2^(qmin - 127), then scaled (scale_weights; 0 for dead rows)\n",
-     "  float wfast[S::N];                  // fast path: w' = w * 2^(qmin - 127), then scaled (scale_weights; 0 for dead rows)\n"
-     "  int qbias[S::N];                    // fast path: -kI8KeyBias * the column's operand sum (each unit's start)\n"),
-    ("        bias_column(n, idx & 15, qsum);\n",
-     "        bias_column(n, idx & 15, qsum);\n        if ((idx & 15) == 0) sm.qbias[n] = -int(kI8KeyBias) * qsum;\n"),
-    ("  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n",
-     "  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n  int breg[S::W_IN_REGS ? S::N / 4 : 1];\n"),
-    ("          for (int e = 0; e < 2; ++e) wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];\n",
-     "          for (int e = 0; e < 2; ++e) {\n"
-     "            wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];\n"
-     "            breg[(ch * S::NT + i) * 2 + e] = sm.qbias[ch * S::NC + 8 * i + 2 * t + e];\n"
-     "          }\n"),
-    ("  template <int NC>\n  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n"
-     "    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(acc, ab, b_desc(kScaleBlocks, ch));\n",
-     "  OPUS_DEV void init_acc(int32_t (&ac)[S::ACC], int ch) const {\n"
-     "#pragma unroll\n    for (int i = 0; i < S::NT; ++i)\n#pragma unroll\n      for (int e = 0; e < 2; ++e) {\n"
-     "        int b;\n"
-     "        if constexpr (S::W_IN_REGS) b = breg[(ch * S::NT + i) * 2 + e];\n"
-     "        else b = sm.qbias[ch * S::NC + 8 * i + 2 * t + e];\n"
-     "        ac[4 * i + e] = b;\n        ac[4 * i + 2 + e] = b;\n      }\n  }\n"
-     "  template <int NC>\n  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n"),
-    ("      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n",
-     "      init_acc(acc[u & 1], ch);\n      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n"),
-]
+# column's -kI8KeyBias * qsum (the value the bias slice sums to), each unit's accumulator is
+# written from it before the wgmma fence (init_acc), and the four k-slices accumulate onto it
+# (four wgmma a chunk). Exact: the same integers in the same s32 sum. The two forms differ in
+# where the starts live: _accinit's arguments.
+_WFAST = "  float wfast[S::N];                  // fast path: w' = w * 2^(qmin - 127), then scaled (scale_weights; 0 for dead rows)\n"
+_BIAS_COLUMN = "        bias_column(n, idx & 15, qsum);\n"
+_MMA_FAST = "  template <int NC>\n  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n"
+_BIAS_START = "    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(acc, ab, b_desc(kScaleBlocks, ch));\n"
+_UNIT_MMA = "      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n"
 
-# accinit with the starts read from shared memory at each unit, in the accumulator's own order: the
+
+def _accinit(field: str, store: str, body: str, extra: tuple = ()) -> list:
+    """The starts' shared-memory array (field), the set-up's write of a column's start (store, by
+    the column's lane 0), init_acc's body in place of the bias slice, and any extra edits."""
+    return [(_WFAST, _WFAST + field),
+            (_BIAS_COLUMN, _BIAS_COLUMN + "        if ((idx & 15) == 0) " + store + " = -int(kI8KeyBias) * qsum;\n"),
+            *extra,
+            (_MMA_FAST + _BIAS_START, "  OPUS_DEV void init_acc(int32_t (&ac)[S::ACC], int ch) const {\n" + body + "  }\n" + _MMA_FAST),
+            (_UNIT_MMA, "      init_acc(acc[u & 1], ch);\n" + _UNIT_MMA)]
+
+
+# accinit: the starts in registers beside the weights where those are (breg), 32 moves a unit
+EDITS["accinit"] = _accinit(
+    "  int qbias[S::N];                    // fast path: -kI8KeyBias * the column's operand sum (each unit's start)\n",
+    "sm.qbias[n]",
+    "#pragma unroll\n    for (int i = 0; i < S::NT; ++i)\n#pragma unroll\n      for (int e = 0; e < 2; ++e) {\n"
+    "        int b;\n"
+    "        if constexpr (S::W_IN_REGS) b = breg[(ch * S::NT + i) * 2 + e];\n"
+    "        else b = sm.qbias[ch * S::NC + 8 * i + 2 * t + e];\n"
+    "        ac[4 * i + e] = b;\n        ac[4 * i + 2 + e] = b;\n      }\n",
+    (("  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n",
+      "  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n  int breg[S::W_IN_REGS ? S::N / 4 : 1];\n"),
+     ("          for (int e = 0; e < 2; ++e) wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];\n",
+      "          for (int e = 0; e < 2; ++e) {\n"
+      "            wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];\n"
+      "            breg[(ch * S::NT + i) * 2 + e] = sm.qbias[ch * S::NC + 8 * i + 2 * t + e];\n"
+      "          }\n")))
+# accinitsm: the starts read from shared memory at each unit, in the accumulator's own order: the
 # quad lane t's int4 (c0, c1, c0, c1) of 8-column group i holds columns 8i + 2t, 8i + 2t + 1 for
 # keys g and g + 8 (one LDS.128 straight into four accumulators, eight a 64-column unit; the 8
 # lanes of a t read one address), so no register holds them across the stage.
-EDITS["accinitsm"] = [
-    EDITS["accinit"][0][:1] + (EDITS["accinit"][0][0] +
-     "  alignas(16) int qbias[2 * S::N];    // fast path: column n's -kI8KeyBias * qsum at (n / 2) * 4 + n % 2 and + 2\n",),
-    ("        bias_column(n, idx & 15, qsum);\n",
-     "        bias_column(n, idx & 15, qsum);\n"
-     "        if ((idx & 15) == 0) sm.qbias[(n >> 1) * 4 + (n & 1)] = sm.qbias[(n >> 1) * 4 + (n & 1) + 2] = -int(kI8KeyBias) * qsum;\n"),
-    (EDITS["accinit"][4][0],
-     "  OPUS_DEV void init_acc(int32_t (&ac)[S::ACC], int ch) const {\n"
-     "#pragma unroll\n    for (int i = 0; i < S::NT; ++i) {\n"
-     "      const int4 v = *reinterpret_cast<const int4*>(&sm.qbias[((ch * S::NT + i) * 4 + t) * 4]);\n"
-     "      ac[4 * i] = v.x;\n      ac[4 * i + 1] = v.y;\n      ac[4 * i + 2] = v.z;\n      ac[4 * i + 3] = v.w;\n    }\n  }\n"
-     "  template <int NC>\n  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n"),
-    EDITS["accinit"][5],
-]
+EDITS["accinitsm"] = _accinit(
+    "  alignas(16) int qbias[2 * S::N];    // fast path: column n's -kI8KeyBias * qsum at (n / 2) * 4 + n % 2 and + 2\n",
+    "sm.qbias[(n >> 1) * 4 + (n & 1)] = sm.qbias[(n >> 1) * 4 + (n & 1) + 2]",
+    "#pragma unroll\n    for (int i = 0; i < S::NT; ++i) {\n"
+    "      const int4 v = *reinterpret_cast<const int4*>(&sm.qbias[((ch * S::NT + i) * 4 + t) * 4]);\n"
+    "      ac[4 * i] = v.x;\n      ac[4 * i + 1] = v.y;\n      ac[4 * i + 2] = v.z;\n      ac[4 * i + 3] = v.w;\n    }\n")
 
 # The fast chunk's ten wgmma descriptors out of uniform registers held across the stage: ptxas
-# rematerializes each constant descriptor as two UMOV right before its IGMMA (81 of r2w12's ~1240
-# fast-stage instructions, each IGMMA waiting on its pair); a descriptor offset by a launch value
+# rematerializes each constant descriptor as two UMOV right before its IGMMA (78 of the ~900
+# instructions between r2w12's first and last fast-stage IGMMA, each IGMMA waiting on its pair); a descriptor offset by a launch value
 # it cannot fold (Prefill's `parts` >> 31: 0, parts >= 1) is computed once and kept. Exact.
 EDITS["descsalt"] = [
     ("  float gscale = 1.0f;\n",
@@ -893,10 +900,8 @@ EDITS["descsalt"] = [
 # unit's first IGMMA (a memory operation, the store keeps its place among the wgmma statements).
 # The same instructions, exact.
 EDITS["storeafter"] = [
-    ("      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n      wgmma_fence();\n"
-     "      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n",
-     "      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n"
-     "      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n"),
+    ("      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n" + _UNIT_MMA + "      wgmma_commit();\n",
+     _UNIT_MMA + "      wgmma_commit();\n      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n"),
 ]
 
 COMBOS = {"descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],

@@ -196,9 +196,9 @@ int main(int argc, char** argv) {
   unsigned long long* dstats = nullptr;
   check(cudaMalloc(&dout, size_t(rows) * ctx * 4), "cudaMalloc out");
   check(cudaMemset(dout, 0xFF, size_t(rows) * ctx * 4), "poison out");  // NaN: unwritten cells fail the check
-  // 2 path counts, the stamps variant's words 8..31, then the ctaends variant's kCtaWords a CTA
-  constexpr int kCtaWord0 = 32, kCtaWords = kCtaRecord, kMaxCtas = 1024;
-  constexpr int kStatWords = kCtaWord0 + kCtaWords * kMaxCtas;
+  // 2 path counts, the stamps variant's words 8..31, then the ctaends variant's kCtaRecord words a CTA
+  constexpr int kCtaWord0 = 32, kMaxCtas = 1024;
+  constexpr int kStatWords = kCtaWord0 + kCtaRecord * kMaxCtas;
   check(cudaMalloc(&dstats, kStatWords * 8), "cudaMalloc path_stats");
   check(cudaMemset(dstats, 0, kStatWords * 8), "cudaMemset path_stats");
   int sms = 0;
@@ -397,7 +397,7 @@ int main(int argc, char** argv) {
         }
         std::printf("\n");
       }
-      if (ctas) print_cta_ends(words.data() + kCtaWord0, kCtaWords, kMaxCtas, t);
+      if (ctas) print_cta_ends(words.data() + kCtaWord0, kCtaRecord, kMaxCtas, t);
     }
   }
   return bad || differ ? 3 : 0;
