@@ -15,8 +15,10 @@ This script measures the pieces of that design with what exists today, on the su
   scatter   the dense union logits moved to each row's own positions (torch gather + where):
             the extra traffic a kernel that stores in place would not have
 and checks the scattered result against the float64 reference (the tuner's check).
+With --kernel it times the union body itself instead (opus i8u: pre-pass and in-place stores)
+beside the gather pick, each checked against the reference.
 
-Run on a GPU: python3 scripts/union_probe.py [--shapes NAME,...] [--iters N]
+Run on a GPU: python3 scripts/union_probe.py [--kernel] [--shapes NAME,...] [--iters N]
 """
 
 from __future__ import annotations
@@ -100,18 +102,57 @@ def med(xs) -> float:
 
 def time_cand(cand, key, problem, out, layers, iters, dev):
     launch, build = candidate_runner(cand, key, problem, out)
+    sched = med(timing.time_samples(build, dev, iters=iters)) if build else 0.0  # the records first
     us = med(timing.time_samples(launch, dev, iters=iters))
-    sched = med(timing.time_samples(build, dev, iters=iters)) if build else 0.0
     return us + sched / layers, launch, build
+
+
+def kernel(a, dev, suite) -> None:
+    """The union body (i8u, Free mode) beside the gather pick, each checked on its own output."""
+    print("| shape | gather pick | us | i8u r2w12 | i8u r4w12 | i8u r8w12 | best vs pick | checks |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in a.shapes.split(","):
+        shape = suite[name]
+        p = shape.make(dev)
+        key = shape.key(dev)
+        cfg = mqa_logits_mxfp4_config(device=dev, **shape.bounds())
+        check = ReferenceCheck(p, shape.max_seq_len)
+        out = torch.empty((p.rows, shape.max_seq_len), device=dev)
+        (pick,), _ = candidates(key, instances={cfg.instance}, modes={cfg.mode})
+        cands = [pick] + candidates(key, instances={f"sm90_i8u_{k}" for k in ("r2w12", "r4w12", "r8w12")},
+                                    modes={"free"})[0]
+        times, notes = {}, []
+        for cand in cands:
+            out.fill_(float("-inf"))
+            launch, build = candidate_runner(cand, key, p, out)
+            if build:
+                build()
+            launch()
+            torch.cuda.synchronize()
+            problems = check(out)
+            notes.append(f"{cand.instance.name}: {'ok' if not problems else problems[:1]}")
+            times[cand.instance.name] = time_cand(cand, key, p, out, shape.layers, a.iters, dev)[0]
+        g = times[pick.instance.name]
+        cells = [f"{times[k]:.1f}" if k in times else "-" for k in
+                 (f"sm90_i8u_{k}" for k in ("r2w12", "r4w12", "r8w12"))]
+        best = min(v for k, v in times.items() if "_i8u_" in k) if len(times) > 1 else float("nan")
+        print(f"| {name} | {pick.label} | {g:.1f} | " + " | ".join(cells) + f" | {best / g:.2f}x | "
+              + "; ".join(notes) + " |", flush=True)
+        del p, out, check
+        torch.cuda.empty_cache()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--kernel", action="store_true", help="time the union body (opus i8u) itself")
     a = ap.parse_args()
     dev = torch.device("cuda")
     suite = {s.name: s for s in get_suite("deepseek_v4_1").shapes()}
+    if a.kernel:
+        kernel(a, dev, suite)
+        return
     print("| shape | gather pick | gather us | union blocks (mean, max) | union best | union us | prepass us "
           "| scatter us | union total | vs gather | check |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -90,8 +90,10 @@ def test_instances_are_registered_and_validated_only_where_they_ran():
         ran = inst.arches == ("sm_90",) and "sm_90" in opus_instances.VALIDATED_ON[inst.family]
         assert inst.validated_on == (("sm_90",) if ran else ())
         assert not inst.validated("gfx950") and not inst.validated("gfx942")
-        assert inst.modes == ("table", "free", "prefill") and inst.block_n == 64
-        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|fp8fold|fold|mxf4|mxsc|i8)_r\d+w\d+", inst.name)
+        # the union body's windows come from its pre-pass: Free mode only (registry.h OPUS_UNION_MODES)
+        assert inst.modes == (("free",) if inst.family == "i8u" else ("table", "free", "prefill"))
+        assert inst.block_n == 64
+        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|fp8fold|fold|mxf4|mxsc|i8|i8u)_r\d+w\d+", inst.name)
         assert inst.name == f"{inst.arches[0].replace('_', '')}_{inst.family}_r{inst.rows}w{inst.warps}"
         assert all(inst.rows * h <= 256 for h in inst.heads)
         if inst.arches == ("gfx942",):   # 256 B of FP16 query operand a (row, head) in 64 KB of LDS
@@ -116,6 +118,10 @@ def test_backend_rules(over, reason):
     ("sm90_f16_r1w4", dict(page_size=12), "page_size: sm90_f16_r1w4 needs page_size in (8, 16, 32, 64, 128); got 12"),
     ("sm90_f16_r2w4", dict(gather=True),
      "gather: sm90_f16_r2w4 has 2 rows; gather mode needs a one-row instance (each row has its own table)"),
+    ("sm90_i8u_r4w12", dict(heads=32), "gather: sm90_i8u_r4w12 scores the union of each sequence's row tables: "
+                                       "gather mode only"),
+    ("sm90_i8u_r8w12", dict(heads=32, page_size=8, gather=True, max_qlen=16, max_seq_len=16384),
+     "union: sm90_i8u_r8w12 its pre-pass holds max_qlen x block_table_width <= 22528 entries; got 16 x 2048"),
     ("gfx950_mxf4_r1w2", dict(), "arch: gfx950_mxf4_r1w2 runs on gfx950; got sm_90"),
     ("gfx942_f16_r1w4", dict(), "arch: gfx942_f16_r1w4 runs on gfx942; got sm_90"),
     ("gfx942_f16_r2w4", dict(arch="gfx942", heads=128), "heads: gfx942_f16_r2w4 needs heads in (16, 32, 64); got 128"),
@@ -137,8 +143,13 @@ def test_default_rule_per_arch():
     prefill = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, pages_per_block=32, max_qlen=4096, max_rows=4096))
     assert prefill[0] == (next(i for i in INSTANCES if i.name == "sm90_i8_r8w12"), "prefill")  # widest first
     assert [i.family for i, _ in prefill][:8] == ["i8"] * 5 + ["fold"] * 3  # r2w16 holds no 32 heads
-    gather = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, gather=True))
-    assert {i.rows for i, _ in gather} == {1}
+    gather = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, gather=True, max_qlen=4))
+    # gather: the one-row bodies first; the union body (any rows, Free mode) after i8's, as only a
+    # tuned table knows how much a batch's row lists overlap
+    assert {i.rows for i, _ in gather if i.family != "i8u"} == {1}
+    fams = [i.family for i, _ in gather]
+    assert fams.index("i8u") == fams.count("i8") and {m for i, m in gather if i.family == "i8u"} == {"free"}
+    assert [i.name for i, _ in gather if i.family == "i8u"] == ["sm90_i8u_r4w12", "sm90_i8u_r8w12", "sm90_i8u_r2w12"]
     gfx950 = [i.name for i, _ in BACKEND.ranked_picks(sm90_key(arch="gfx950"))]
     # the scaled MFMA over the whole head_dim first (fewest rows holding the group), then mxf4
     assert gfx950[:2] == ["gfx950_mxsc_r2w2", "gfx950_mxsc_r4w2"] and gfx950.index("gfx950_mxf4_r2w2") == 3
@@ -179,21 +190,21 @@ def test_launch_passes_the_bindings_signature_and_wraps_its_checks(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=1234))
     cfg = SimpleNamespace(instance="sm90_f16_r1w4", table_grid=7, prefill_grid=(3, 2),
                           key=SimpleNamespace(heads=64, page_size=64, pages_per_block=1, gather=False,
-                                              max_seq_len=1000))
+                                              max_seq_len=1000, max_qlen=2))
     t = torch.zeros(1)
     with pytest.raises(mx.MqaLogitsError, match="q must be uint8; got int32"):
         BACKEND.launch(cfg, "prefill", *([t] * 9), None, None)
-    assert len(calls[0]) == len(params) == 23
-    assert params[:2] == ["instance_id", "mode"] and params[-5:] == ["grid_x", "parts", "stream", "path_stats",
-                                                                     "row_starts"]
-    assert calls[0][0] == 0 and calls[0][1] == 2 and calls[0][-5:] == (3, 2, 1234, None, None)
+    assert len(calls[0]) == len(params) == 24
+    assert params[:2] == ["instance_id", "mode"] and params[-6:] == ["grid_x", "parts", "stream", "path_stats",
+                                                                     "row_starts", "max_qlen"]
+    assert calls[0][0] == 0 and calls[0][1] == 2 and calls[0][-6:] == (3, 2, 1234, None, None, 2)
     assert BACKEND.instances() == INSTANCES   # the C++ registry's entries equal the mirror
     # the hot path's Launcher takes the same fixed arguments, in launch's order
     init = re.search(r"pybind11::init<([^>]*)>\(\)((?:\s*,\s*pybind11::arg\(\"\w+\"\))+)", src)
     names = re.findall(r'pybind11::arg\("(\w+)"\)', init.group(2))
-    assert len(init.group(1).split(",")) == len(names) == 9
-    assert names == params[:2] + params[13:20]
-    assert calls[0][:2] + calls[0][13:20] == BACKEND._fixed_args(cfg, "prefill")
+    assert len(init.group(1).split(",")) == len(names) == 10
+    assert names == params[:2] + params[13:20] + params[-1:]
+    assert calls[0][:2] + calls[0][13:20] + calls[0][-1:] == BACKEND._fixed_args(cfg, "prefill")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -538,7 +549,7 @@ def test_sm90_kernels_compile_without_spills_on_their_mma():
     for k in kernels:
         what = f"{k['family']} r{k['rows']} H{k['heads']} w{k['warps']}"
         assert k["registers"] * k["warps"] * 32 * k["ctas"] <= 65536, f"{what}: launch bounds not met"
-        if k["family"] == "i8":
+        if k["family"] in ("i8", "i8u"):
             check_i8_kernel(k, what)
             continue
         # fold r1 H64 keeps a few words of per-piece state in local memory at the 4-CTA budget;
@@ -574,7 +585,10 @@ def check_i8_kernel(k: dict, what: str) -> None:
     one)."""
     # w16: the producer warpgroup keeps 24 registers, and the walk's state outside its stage
     # loop goes to local memory
-    assert k["stack"] <= (64 if k["warps"] <= 12 else 160), f"{what}: {k['stack']} bytes of stack"
+    # i8u r8: the union's per-piece state (its list windows and piece bounds) beside r8's; none of
+    # it inside a stage loop (loop_local below)
+    stack = 192 if (k["family"], k["rows"]) == ("i8u", 8) else 64 if k["warps"] <= 12 else 160
+    assert k["stack"] <= stack, f"{what}: {k['stack']} bytes of stack"
     if "mma" not in k:
         return  # no cuobjdump here
     # (at most one load a stage: the narrow-out consumer of r4 H32 reloads a per-piece value from

@@ -17,9 +17,10 @@ import torch
 from ...core.errors import InputError
 from ...core.instance import Instance, Reason, ok_if
 from ...core.modes import MODE_CODES, is_decode
-from ..base import BackendBase, grid_sizes, rank_by_rows
+from ..base import BackendBase, attribute_rules, grid_sizes, rank_by_rows
 from . import jit
-from .instances import ARCHES, INSTANCES, ctas_for_heads, from_registry, registry_id
+from .instances import (ARCHES, INSTANCES, UNION_FAMILY, UNION_MAX_ENTRIES, ctas_for_heads, from_registry,
+                        registry_id)
 
 # Per-arch family order of the default rule (decode, prefill). sm_90 (H200, docs/opus-backend.md,
 # docs/perf-notes.md): the wgmma body i8 was 1.9-3.3x faster than the best mma.sync body on decode
@@ -30,7 +31,9 @@ from .instances import ARCHES, INSTANCES, ctas_for_heads, from_registry, registr
 # f16 (two FP16 ones); gfx950's mxsc (two
 # scaled MFMAs a tile over the whole head_dim) comes before mxf4 (four, each with half its K
 # lanes zero) unless batch_invariant asks for canonical instances; neither was ever measured.
-_FAMILY_ORDER = {"sm_90": (("i8", "fp8", "fold", "f16"), ("i8", "fold", "f16", "fp8")),
+# i8u (the union of a sequence's row tables, gather mode) comes after i8's one-row instances: how
+# much it saves depends on how much the rows' lists overlap, which only a tuned table knows.
+_FAMILY_ORDER = {"sm_90": (("i8", "i8u", "fp8", "fold", "f16"), ("i8", "fold", "f16", "fp8")),
                  "gfx942": (("fp8fold", "fp8", "f16"), ("fp8fold", "fp8", "f16")),
                  "gfx950": (("mxsc", "mxf4"), ("mxsc", "mxf4"))}
 
@@ -81,25 +84,39 @@ class OpusBackend(BackendBase):
             (key.head_dim == 128, "head_dim", f"the opus kernels need head_dim 128; got {key.head_dim}"),
         ])
 
+    def instance_supports(self, inst: Instance, key) -> list[Reason]:
+        """The shared attribute rules; the union body (i8u) serves gather mode only, any rows,
+        while its pre-pass's hash holds max_qlen x block_table_width entries."""
+        if inst.family != UNION_FAMILY:
+            return super().instance_supports(inst, key)
+        entries = key.max_qlen * key.block_table_width
+        return ok_if([rule for rule in attribute_rules(inst, key) if rule[1] != "gather"] + [
+            (key.gather, "gather", "scores the union of each sequence's row tables: gather mode only"),
+            (entries <= UNION_MAX_ENTRIES, "union",
+             f"its pre-pass holds max_qlen x block_table_width <= {UNION_MAX_ENTRIES} entries; got "
+             f"{key.max_qlen} x {key.block_table_width}"),
+        ], inst.name)
+
     def ranked_picks(self, key) -> list[tuple[Instance, str]]:
         """Per-arch default rule: the arch's families in order (decode, prefill), each ranked by
         rank_by_rows."""
         fits = [i for i in self.instances() if not self.instance_supports(i, key)]
         decode, prefill = _FAMILY_ORDER.get(key.arch, ((), ()))
         order = decode if is_decode(key.max_qlen) else prefill
-        return [pick for fam in order for pick in rank_by_rows([i for i in fits if i.family == fam], key)]
+        return [(i, m) for fam in order for i, m in rank_by_rows([i for i in fits if i.family == fam], key)
+                if m in i.modes]
 
     def grid_sizes(self, inst: Instance, key) -> tuple[int, tuple[int, int]]:
         return grid_sizes(dataclasses.replace(inst, ctas_per_sm=ctas_for_heads(inst.ctas_per_sm, key.heads)), key)
 
     def _fixed_args(self, cfg, mode) -> tuple:
         """A launch's arguments fixed by the config and mode: registry id, mode code, heads, page
-        size, pages_per_block, gather, max_seq_len, grid_x, parts."""
+        size, pages_per_block, gather, max_seq_len, grid_x, parts, max_qlen."""
         key = cfg.key
         groups, parts = cfg.prefill_grid
         return (registry_id(self._instance(cfg.instance)), MODE_CODES[mode], key.heads, key.page_size,
                 key.pages_per_block, key.gather, key.max_seq_len, groups if mode == "prefill" else cfg.table_grid,
-                parts)
+                parts, key.max_qlen)
 
     def launch(self, cfg, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
                query_start_loc, row_ends, out, out_offsets, records, row_starts=None, *,
@@ -107,12 +124,12 @@ class OpusBackend(BackendBase):
         """`path_stats` (tests only): an int64 [2] the i8 body adds its fast / canonical stage
         counts to (stages of instances.I8_STAGE_KEYS keys; instances.i8_stages gives their sum)."""
         module = jit.load()
-        iid, code, heads, page, ppb, gather, max_seq_len, grid_x, parts = self._fixed_args(cfg, mode)
+        iid, code, heads, page, ppb, gather, max_seq_len, grid_x, parts, max_qlen = self._fixed_args(cfg, mode)
         stream = torch.cuda.current_stream(out.device).cuda_stream
         try:
             module.launch(iid, code, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
                           row_ends, out, out_offsets, records if mode == "table" else None, heads, page, ppb,
-                          gather, max_seq_len, grid_x, parts, stream, path_stats, row_starts)
+                          gather, max_seq_len, grid_x, parts, stream, path_stats, row_starts, max_qlen)
         except ValueError as e:  # the launcher's own checks (csrc/checks.h); nothing was launched
             raise InputError(str(e)) from None
 

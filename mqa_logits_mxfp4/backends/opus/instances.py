@@ -28,7 +28,7 @@ HEAD_DIMS = (128,)
 # on first use. A family name may serve several arches (f16: sm_90 and gfx942), so an instance counts as
 # validated only on its own arch (validated_on()).
 VALIDATED_ON: dict[str, tuple[str, ...]] = {"f16": ("sm_90",), "fp8": ("sm_90",), "fold": ("sm_90",), "mxf4": (),
-                                            "mxsc": (), "fp8fold": (), "i8": ("sm_90",)}
+                                            "mxsc": (), "fp8fold": (), "i8": ("sm_90",), "i8u": ()}
 
 _FIELDS = ("id", "name", "arch", "family", "rows", "warps", "keys", "stages", "ctas", "heads")
 
@@ -93,6 +93,20 @@ def parse_i8_stage_keys(text: str) -> int:
     return keys
 
 
+def parse_union(text: str) -> tuple[str, tuple[str, ...], int]:
+    """The union body's family, modes and most pre-pass entries (registry.h's OPUS_UNION_FAMILY,
+    OPUS_UNION_MODES, OPUS_UNION_MAX_ENTRIES: max_qlen x block-table columns)."""
+    family = _macro_body(text, "OPUS_UNION_FAMILY").strip().strip('"')
+    modes = tuple(_macro_body(text, "OPUS_UNION_MODES").strip().strip('"').split(","))
+    try:
+        entries = int(_macro_body(text, "OPUS_UNION_MAX_ENTRIES").strip(), 0)
+    except ValueError:
+        raise RegistryFormatError(f"{REGISTRY_H}: OPUS_UNION_MAX_ENTRIES is not a number") from None
+    if not set(modes) <= set(MODES):
+        raise RegistryFormatError(f"{REGISTRY_H}: OPUS_UNION_MODES {modes} names a mode outside {MODES}")
+    return family, modes, entries
+
+
 def parse_arches(text: str) -> tuple[str, ...]:
     """The device arch tokens csrc/ has bodies for (OPUS_ARCH_NAME_*), in registry.h's order."""
     return tuple(re.findall(r'^#define OPUS_ARCH_NAME_\w+ "([^"]+)"', text, re.M))
@@ -103,6 +117,7 @@ REGISTRY = parse_registry(_TEXT)
 PAGE_SIZES = parse_page_sizes(_TEXT)
 ARCHES = parse_arches(_TEXT)
 I8_STAGE_KEYS = parse_i8_stage_keys(_TEXT)
+UNION_FAMILY, UNION_MODES, UNION_MAX_ENTRIES = parse_union(_TEXT)
 
 
 def i8_stages(cfg, inst: Instance, mode: str, query_start_loc, row_ends) -> int:
@@ -139,14 +154,15 @@ def validated_on(arch: str, family: str) -> tuple[str, ...]:
 # Families whose fast path is not the canonical order (within the tolerance; docs/numerics.md):
 # i8 sums the four scaled blocks exactly in integers ("Integer tiles"), mxsc lets the scaled
 # MFMA sum them ("Scaled MFMA tiles").
-NON_CANONICAL = frozenset({"i8", "mxsc", "fp8fold"})
+NON_CANONICAL = frozenset({"i8", "i8u", "mxsc", "fp8fold"})
 
 
 def make_instance(id_: int, name: str, arch: str, family: str, rows: int, warps: int, block_n: int,
                   stages: int, ctas: int, heads: tuple[int, ...]) -> Instance:
     return Instance(name=name, backend=BACKEND, family=family, rows=rows, block_n=block_n, warps=warps,
                     stages=stages, heads=tuple(heads), page_sizes=PAGE_SIZES, arches=(arch,),
-                    validated_on=validated_on(arch, family), modes=MODES, head_dims=HEAD_DIMS,
+                    validated_on=validated_on(arch, family), modes=UNION_MODES if family == UNION_FAMILY else MODES,
+                    head_dims=HEAD_DIMS,
                     ctas_per_sm=ctas, extra=(("id", id_),), canonical=family not in NON_CANONICAL)
 
 

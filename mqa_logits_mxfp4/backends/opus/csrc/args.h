@@ -58,6 +58,31 @@ struct LaunchArgs {
   int32_t mode;                // Mode
   int32_t grid_x;              // Table/Free: programs; Prefill: row groups
   int32_t parts;               // Prefill: key-tile parts per row group (grid y)
+
+  // The union body (family i8u, docs/opus-backend.md "The union body"): a pre-pass writes, per
+  // sequence, the union of its rows' live table entries and where each row lists each of them;
+  // the i8 body then scores the union as a non-gather sequence and stores row r's logit of a
+  // union key at that key's place in row r's own list. The body's block_tables, row_ends and
+  // row_starts are the union's (utab, uends, none); the rows' own windows are list_ends /
+  // list_starts, capped at list_cap. All null / 0 for every other body.
+  int32_t* utab;               // [num_seqs, ucap]: sequence b's union entries (then padding)
+  int32_t* upos;               // [num_rows, ucap]: row r's list entry of union entry u, or -1
+  int32_t* uends;              // [num_rows]: the keys of the row's sequence's union
+  const int32_t* list_ends;    // the caller's row_ends
+  const int32_t* list_starts;  // the caller's row_starts, or null
+  int32_t ucap;                // entries a union may hold: max_qlen x the caller's bt_cols
+  int32_t list_cap;            // the caller's key_cap
 };
+
+// The union body's capacity: max_qlen x the table columns a window can reach (the config's
+// width, ceil(max_seq_len / span), or fewer where the table is narrower).
+inline int64_t union_capacity(int64_t max_qlen, int64_t bt_cols, int64_t max_seq_len, int64_t span) {
+  const int64_t width = (max_seq_len + span - 1) / span;
+  return max_qlen * (bt_cols < width ? bt_cols : width);
+}
+// The union body's scratch (int32): utab, then uends, then upos (LaunchArgs above).
+inline int64_t union_scratch_ints(int64_t num_seqs, int64_t num_rows, int64_t ucap) {
+  return num_seqs * ucap + num_rows + num_rows * ucap;
+}
 
 }  // namespace opus

@@ -58,7 +58,7 @@ opus::CallDesc make_call(int64_t instance_id, int64_t mode, const at::Tensor& q,
                          const std::optional<at::Tensor>& out_offsets, const std::optional<at::Tensor>& records,
                          int64_t heads, int64_t page_size, int64_t pages_per_block, bool gather,
                          int64_t max_seq_len, int64_t grid_x, int64_t parts,
-                         const std::optional<at::Tensor>& row_starts) {
+                         const std::optional<at::Tensor>& row_starts, int64_t max_qlen) {
   opus::CallDesc c;
   c.instance_id = (int32_t)instance_id;
   c.mode = (int32_t)mode;
@@ -82,7 +82,27 @@ opus::CallDesc make_call(int64_t instance_id, int64_t mode, const at::Tensor& q,
   c.max_seq_len = narrow(max_seq_len);
   c.grid_x = narrow(grid_x);
   c.parts = narrow(parts);
+  c.max_qlen = narrow(max_qlen);
   return c;
+}
+
+// The union body's scratch (checks.h: union_scratch_ints), allocated on out's device and torch's
+// current stream (the caching allocator: stream-ordered reuse after the launch); an undefined
+// tensor for every other instance.
+at::Tensor union_scratch(opus::CallDesc& c, const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                         const at::Tensor& row_ends, const at::Tensor& out) {
+  const opus::InstanceInfo* inst = opus::find_instance(c.instance_id);
+  if (inst == nullptr || !opus::is_union_family(*inst) || block_tables.dim() != 2 || query_start_loc.dim() != 1 ||
+      row_ends.dim() != 1 || c.max_qlen < 1)
+    return at::Tensor();
+  if (c.page_size < 1 || c.pages_per_block < 1) return at::Tensor();  // the checks name the rule
+  const int64_t ucap = opus::union_capacity(c.max_qlen, block_tables.size(1), c.max_seq_len,
+                                           (int64_t)c.page_size * c.pages_per_block);
+  if (ucap > opus::kUnionMaxEntries) return at::Tensor();  // the checks name the rule
+  const int64_t n = opus::union_scratch_ints(std::max<int64_t>(query_start_loc.size(0) - 1, 0), row_ends.size(0), ucap);
+  at::Tensor t = at::empty({std::max<int64_t>(n, 1)}, out.options().dtype(at::kInt));
+  c.scratch = describe(t);
+  return t;
 }
 
 void launch(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Tensor& q_scale,
@@ -91,12 +111,14 @@ void launch(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Te
             const at::Tensor& out, const std::optional<at::Tensor>& out_offsets,
             const std::optional<at::Tensor>& records, int64_t heads, int64_t page_size, int64_t pages_per_block,
             bool gather, int64_t max_seq_len, int64_t grid_x, int64_t parts, int64_t stream,
-            const std::optional<at::Tensor>& path_stats, const std::optional<at::Tensor>& row_starts) {
+            const std::optional<at::Tensor>& path_stats, const std::optional<at::Tensor>& row_starts,
+            int64_t max_qlen) {
   opus::CallDesc c = make_call(instance_id, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
                                query_start_loc, row_ends, out, out_offsets, records, heads, page_size,
-                               pages_per_block, gather, max_seq_len, grid_x, parts, row_starts);
+                               pages_per_block, gather, max_seq_len, grid_x, parts, row_starts, max_qlen);
   c.path_stats = describe(path_stats);
   if (!out.is_cuda()) throw std::invalid_argument("opus: out must be on a GPU; got " + out.device().str());
+  const at::Tensor scratch = union_scratch(c, block_tables, query_start_loc, row_ends, out);
   opus::launch(c, reinterpret_cast<void*>(static_cast<intptr_t>(stream)));
 }
 
@@ -140,21 +162,22 @@ void* current_stream(const c10::Device& device) {
 class Launcher {
  public:
   Launcher(int64_t instance_id, int64_t mode, int64_t heads, int64_t page_size, int64_t pages_per_block,
-           bool gather, int64_t max_seq_len, int64_t grid_x, int64_t parts)
+           bool gather, int64_t max_seq_len, int64_t grid_x, int64_t parts, int64_t max_qlen)
       : instance_id_(instance_id), mode_(mode), heads_(heads), page_size_(page_size),
         pages_per_block_(pages_per_block), gather_(gather), max_seq_len_(max_seq_len), grid_x_(grid_x),
-        parts_(parts) {}
+        parts_(parts), max_qlen_(max_qlen) {}
 
   bool run(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache, const at::Tensor& kv_scale,
            const at::Tensor& weights, const at::Tensor& block_tables, const at::Tensor& query_start_loc,
            const at::Tensor& row_ends, const at::Tensor& out, const std::optional<at::Tensor>& out_offsets,
            const std::optional<at::Tensor>& records, const std::optional<at::Tensor>& row_starts) const {
-    const opus::CallDesc c = call(q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
-                                  out, out_offsets, records, row_starts);
+    opus::CallDesc c = call(q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc, row_ends,
+                            out, out_offsets, records, row_starts);
     const Signature sig = signature(c);  // once, not once an accepted entry
     bool known = false;
     for (const Signature& s : accepted_) known = known || same(s, sig);
     if (!known) return false;
+    const at::Tensor scratch = union_scratch(c, block_tables, query_start_loc, row_ends, out);  // i8u only
     opus::launch(c, current_stream(out.device()));
     return true;
   }
@@ -188,12 +211,12 @@ class Launcher {
                       const std::optional<at::Tensor>& row_starts) const {
     return make_call(instance_id_, mode_, q, q_scale, kv_cache, kv_scale, weights, block_tables, query_start_loc,
                      row_ends, out, out_offsets, records, heads_, page_size_, pages_per_block_, gather_,
-                     max_seq_len_, grid_x_, parts_, row_starts);
+                     max_seq_len_, grid_x_, parts_, row_starts, max_qlen_);
   }
 
   int64_t instance_id_, mode_, heads_, page_size_, pages_per_block_;
   bool gather_;
-  int64_t max_seq_len_, grid_x_, parts_;
+  int64_t max_seq_len_, grid_x_, parts_, max_qlen_;
   std::vector<Signature> accepted_;
 };
 
@@ -298,10 +321,12 @@ std::string validate(int64_t instance_id, int64_t mode, const at::Tensor& q, con
                      const at::Tensor& out, const std::optional<at::Tensor>& out_offsets,
                      const std::optional<at::Tensor>& records, int64_t heads, int64_t page_size,
                      int64_t pages_per_block, bool gather, int64_t max_seq_len, int64_t grid_x, int64_t parts,
-                     const std::optional<at::Tensor>& row_starts) {
-  return opus::validate(make_call(instance_id, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
-                                  query_start_loc, row_ends, out, out_offsets, records, heads, page_size,
-                                  pages_per_block, gather, max_seq_len, grid_x, parts, row_starts));
+                     const std::optional<at::Tensor>& row_starts, int64_t max_qlen) {
+  opus::CallDesc c = make_call(instance_id, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
+                               query_start_loc, row_ends, out, out_offsets, records, heads, page_size,
+                               pages_per_block, gather, max_seq_len, grid_x, parts, row_starts, max_qlen);
+  const at::Tensor scratch = out.is_cuda() ? union_scratch(c, block_tables, query_start_loc, row_ends, out) : at::Tensor();
+  return opus::validate(c);
 }
 
 pybind11::list registry() {
@@ -324,7 +349,7 @@ pybind11::list registry() {
     d["ctas_per_sm"] = i.ctas_per_sm;
     d["heads"] = heads;
     d["page_sizes"] = pages;
-    d["modes"] = OPUS_MODES;
+    d["modes"] = opus::is_union_family(i) ? OPUS_UNION_MODES : OPUS_MODES;
     rows.append(d);
   }
   return rows;
@@ -345,14 +370,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "opus: native MXFP4 paged MQA-logits kernels (mqa_logits_mxfp4.backends.opus)";
   m.def("launch", &launch, "check, then launch one instance on `stream` (torch's current stream handle)",
         OPUS_CALL_ARGS, pybind11::arg("stream"), pybind11::arg("path_stats") = pybind11::none(),
-        pybind11::arg("row_starts") = pybind11::none());
+        pybind11::arg("row_starts") = pybind11::none(), pybind11::arg("max_qlen") = 0);
   m.def("validate", &validate, "the launcher's checks without a launch: '' or the broken rule", OPUS_CALL_ARGS,
-        pybind11::arg("row_starts") = pybind11::none());
+        pybind11::arg("row_starts") = pybind11::none(), pybind11::arg("max_qlen") = 0);
   pybind11::class_<Launcher>(m, "Launcher", "the op's hot path for one config and mode (dispatch/api.py)")
-      .def(pybind11::init<int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t, int64_t, int64_t>(),
+      .def(pybind11::init<int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t, int64_t, int64_t, int64_t>(),
            pybind11::arg("instance_id"), pybind11::arg("mode"), pybind11::arg("heads"), pybind11::arg("page_size"),
            pybind11::arg("pages_per_block"), pybind11::arg("gather"), pybind11::arg("max_seq_len"),
-           pybind11::arg("grid_x"), pybind11::arg("parts"))
+           pybind11::arg("grid_x"), pybind11::arg("parts"), pybind11::arg("max_qlen"))
       .def("run", &Launcher::run, "launch a call of an accepted signature on torch's current stream; false "
            "(nothing launched) for any other")
       .def("accept", &Launcher::accept, "remember this call's signature (its checks passed)")

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include <climits>
+#include <cstring>
 #include <string>
 
 #include "args.h"
@@ -48,7 +49,13 @@ struct CallDesc {
   TensorDesc path_stats;  // optional int64 [2]: see LaunchArgs::path_stats
   int32_t heads = 0, page_size = 0, pages_per_block = 0, gather = 0, max_seq_len = 0;
   int32_t grid_x = 0, parts = 0;
+  int32_t max_qlen = 0;   // the config's bound on a sequence's rows (the union body's capacity)
+  TensorDesc scratch;     // int32, the union body's only (union_scratch_ints): bindings.cpp allocates it
 };
+
+// The union body (family i8u; registry.h's OPUS_UNION_*).
+constexpr int64_t kUnionMaxEntries = OPUS_UNION_MAX_ENTRIES;
+inline bool is_union_family(const InstanceInfo& inst) { return std::strcmp(inst.family, OPUS_UNION_FAMILY) == 0; }
 
 namespace detail {
 
@@ -125,9 +132,16 @@ inline std::string check_call(const CallDesc& c, const InstanceInfo& inst, Launc
   ok = ok && (page_ok || k.fail("page_size must be one of 8, 16, 32, 64, 128; got " + std::to_string(c.page_size)));
   ok = ok && (c.pages_per_block >= 1 || k.fail("pages_per_block must be >= 1; got " + std::to_string(c.pages_per_block)));
   ok = ok && (c.max_seq_len >= 1 || k.fail("max_seq_len must be >= 1; got " + std::to_string(c.max_seq_len)));
-  ok = ok && (!c.gather || R == 1 ||
+  const bool uni = is_union_family(inst);
+  ok = ok && (!c.gather || R == 1 || uni ||
               k.fail("gather mode needs a one-row instance (each row has its own table); " + std::string(inst.name) +
                      " has " + std::to_string(R)));
+  ok = ok && (!uni || c.gather ||
+              k.fail(std::string(inst.name) + " scores the union of each sequence's row tables: gather mode only"));
+  ok = ok && (!uni || c.mode == kModeFree ||
+              k.fail(std::string(inst.name) + " runs in Free mode only (its windows come from its pre-pass); got mode " +
+                     std::to_string(c.mode)));
+  ok = ok && (!uni || c.max_qlen >= 1 || k.fail("max_qlen must be >= 1; got " + std::to_string(c.max_qlen)));
   ok = ok && ((c.mode >= kModeTable && c.mode <= kModePrefill) || k.fail("unknown mode " + std::to_string(c.mode)));
   if (!ok) return k.err;
 
@@ -216,6 +230,17 @@ inline std::string check_call(const CallDesc& c, const InstanceInfo& inst, Launc
                k.size("path_stats", c.path_stats, 0, 2) && k.contig("path_stats", c.path_stats)));
   ok = ok && k.aligned("q", c.q, 16) && k.aligned("kv_cache", c.kv, 16) && k.aligned("kv_scale", c.kv_scale, 4);
   if (!ok) return k.err;
+  const int64_t ucap = uni ? union_capacity(c.max_qlen, c.block_tables.sizes[1], c.max_seq_len, span) : 0;
+  if (uni) {
+    ok = (ucap <= kUnionMaxEntries ||
+          k.fail("the union body holds max_qlen x block_table_width <= " + std::to_string(kUnionMaxEntries) +
+                 " entries; got " + std::to_string(ucap) + " (max_qlen " + std::to_string(c.max_qlen) + ")")) &&
+         (c.scratch.present() || k.fail("the union body needs its scratch; got none")) &&
+         k.dtype("scratch", c.scratch, kI32) && k.ndim("scratch", c.scratch, 1) &&
+         k.size("scratch", c.scratch, 0, union_scratch_ints(num_seqs, rows, ucap), true) &&
+         k.contig("scratch", c.scratch) && k.device("scratch", c.scratch, dev);
+    if (!ok) return k.err;
+  }
 
   LaunchArgs& o = *a;
   o.q = static_cast<const uint8_t*>(c.q.ptr);
@@ -257,6 +282,16 @@ inline std::string check_call(const CallDesc& c, const InstanceInfo& inst, Launc
   o.mode = c.mode;
   o.grid_x = c.grid_x;
   o.parts = c.mode == kModePrefill ? c.parts : 1;
+  if (uni) {
+    int32_t* scratch = static_cast<int32_t*>(const_cast<void*>(c.scratch.ptr));
+    o.utab = scratch;
+    o.uends = scratch + num_seqs * ucap;
+    o.upos = o.uends + rows;
+    o.list_ends = o.row_ends;
+    o.list_starts = o.row_starts;
+    o.ucap = (int32_t)ucap;
+    o.list_cap = o.key_cap;
+  }
   return "";
 }
 

@@ -46,13 +46,15 @@ OPUS_DEV CtaRange cta_range_scan(const SeqView& sv, int rows, int pid, int nprog
 
 // The keys [beg, end) row `row` stores (empty for a dead row) and the out offset of its key 0:
 // the window starts at row_starts (clamped into [0, the row's end]) and is cut at the out width
-// (2-D out) or kept inside [0, out_numel) (flat out with offsets).
-OPUS_DEV void row_window(const LaunchArgs& args, int row, bool live, int& beg, int& end, long long& base) {
+// (2-D out) or kept inside [0, out_numel) (flat out with offsets). row_window_in: from given
+// row ends / starts and key cap (the union body's rows' own windows); row_window: the launch's.
+OPUS_DEV void row_window_in(const LaunchArgs& args, const int32_t* ends, const int32_t* starts, int cap, int row,
+                            bool live, int& beg, int& end, long long& base) {
   int e = 0, s = 0;
   long long b = 0;
   if (live) {
-    e = imin(imax(args.row_ends[row], 0), args.key_cap);
-    if (args.row_starts != nullptr) s = imin(imax(args.row_starts[row], 0), e);
+    e = imin(imax(ends[row], 0), cap);
+    if (starts != nullptr) s = imin(imax(starts[row], 0), e);
     if (args.out_offsets != nullptr) {
       b = args.out_offsets[row];
       const long long room = args.out_numel - b;
@@ -65,6 +67,9 @@ OPUS_DEV void row_window(const LaunchArgs& args, int row, bool live, int& beg, i
   beg = s;
   end = e;
   base = b;
+}
+OPUS_DEV void row_window(const LaunchArgs& args, int row, bool live, int& beg, int& end, long long& base) {
+  row_window_in(args, args.row_ends, args.row_starts, args.key_cap, row, live, beg, end, base);
 }
 
 // A float32 result in the narrow out's format (bfloat16 / float16), rounded once.

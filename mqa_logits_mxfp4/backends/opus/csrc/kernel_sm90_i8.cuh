@@ -170,7 +170,19 @@ struct I8Tiles {
 template <int CONS, int SLOTS, int BYTES, int KEYS>
 struct I8Tiles<CONS, SLOTS, BYTES, KEYS, false> {};
 
-template <int R, int H, int CONS, bool SPLIT = false>
+// UNION (kernel_sm90_union.cuh): where each row lists each 8-key group of a stage. The producer
+// writes slot s's with the slot's keys (lane l: the keys 8l .. 8l + 7, inside one table entry);
+// at the stage's start the consumer copies them (its stores outlast the slot) into cur[stage
+// parity]: row r's list key of group k's first key, or -1 where row r does not list it.
+template <int R, int CONS, int STAGES, int KEYS, bool UNION>
+struct I8UnionKeys {
+  int lkey[CONS][STAGES][R][KEYS / 8];
+  int cur[CONS][2][R][KEYS / 8];
+};
+template <int R, int CONS, int STAGES, int KEYS>
+struct I8UnionKeys<R, CONS, STAGES, KEYS, false> {};
+
+template <int R, int H, int CONS, bool SPLIT = false, bool UNION = false>
 struct I8Smem {
   using S = I8Shape<R, H, CONS, SPLIT>;
   I8Stage<S::KEYS> stage[CONS][S::STAGES];
@@ -195,11 +207,12 @@ struct I8Smem {
   uint64_t empty[CONS][S::STAGES];
   int range[4];
   I8GroupKeys<R> keys[CONS];          // per consumer warpgroup (each reads its own at each stage)
-  I8Tiles<CONS, S::TILE_SLOTS, S::TILE_BYTES, S::KEYS, SPLIT> tiles;  // last: an empty struct without SPLIT
+  I8Tiles<CONS, S::TILE_SLOTS, S::TILE_BYTES, S::KEYS, SPLIT> tiles;  // an empty struct without SPLIT
+  I8UnionKeys<R, CONS, S::STAGES, S::KEYS, UNION> un;                // last: an empty struct without UNION
 };
 
-template <int R, int H, int CONS, bool SPLIT = false>
-constexpr int i8_smem_bytes() { return int(sizeof(I8Smem<R, H, CONS, SPLIT>)); }
+template <int R, int H, int CONS, bool SPLIT = false, bool UNION = false>
+constexpr int i8_smem_bytes() { return int(sizeof(I8Smem<R, H, CONS, SPLIT, UNION>)); }
 
 // The pieces of this program, the same sequence for every thread.
 struct PieceWalk {
@@ -232,7 +245,7 @@ OPUS_DEV PieceWalk make_walk(const LaunchArgs& args, const SeqView& sv, int rows
 // bounds, so that its path vote is the same in every mode (the pieces of Free, Table and Prefill
 // start at different tiles): it loads and votes on every key in [gbeg, gend), and stores only
 // the piece's own keys.
-template <int R>
+template <int R, bool UNION = false>
 OPUS_DEV void group_keys(const LaunchArgs& args, const Piece& p, int& gbeg, int& gend) {
   gbeg = 0x7FFFFFFF;
   gend = 0;
@@ -242,7 +255,12 @@ OPUS_DEV void group_keys(const LaunchArgs& args, const Piece& p, int& gbeg, int&
     if (r >= p.r1) break;
     int s, e;
     long long b;
-    row_window(args, r, true, s, e, b);
+    if constexpr (UNION) {  // the union's keys [0, uends[r]) (args.row_ends in the union's view)
+      s = 0;
+      e = imin(imax(args.row_ends[r], 0), args.key_cap);
+    } else {
+      row_window(args, r, true, s, e, b);
+    }
     gbeg = imin(gbeg, imin(s, e));  // a start past an end cut at the out stores nothing: gbeg <= gend
     gend = imax(gend, e);
   }
@@ -283,11 +301,11 @@ struct RingPos {
 
 // ------------------------------------------------------------------------------------ producer
 
-template <int R, int H, int CONS, bool SPLIT>
+template <int R, int H, int CONS, bool SPLIT, bool UNION = false>
 struct I8Producer {
   using S = I8Shape<R, H, CONS, SPLIT>;
   const LaunchArgs& args;
-  I8Smem<R, H, CONS, SPLIT>& sm;
+  I8Smem<R, H, CONS, SPLIT, UNION>& sm;
   int c, lane;
   bool bulk;  // kv_scale is 16-byte aligned (kv_cache always is: checks.h): chunks by bulk copy
   RingPos<S::STAGES> ring;
@@ -336,12 +354,37 @@ struct I8Producer {
       cp_async4(&st.scale[kk], ok ? static_cast<const void*>(args.kv_scale + slot * kScaleBlocks)
                                   : static_cast<const void*>(&kI8SpecialScales[slot == -1 ? 1 : 0]));
     }
-    cp_async_arrive(full);
+    if constexpr (UNION) {  // the lane's list keys (plain stores) released by an arrive of its own
+      cp_async_arrive_counted(full);
+      mbar_arrive(full);
+    } else {
+      cp_async_arrive(full);
+    }
+  }
+
+  // UNION: lane l's 8-key group of the stage at n0 (keys n0 + 8l ..) for each row of the piece:
+  // its list key (upos: the row's list index of the union entry, x span, + the key's offset in
+  // the entry), or -1. Written before the stage's loads; the lane's arrive publishes it.
+  OPUS_DEV void union_keys(const Piece& p, int n0, int gend, int s) const {
+    if constexpr (UNION) {
+      const int span = args.page_size * args.pages_per_block;  // a multiple of 8
+      const int n = n0 + 8 * lane, u = n / span, off = n - u * span;
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const int r = p.r0 + i;
+        int key = -1;
+        if (r < p.r1 && n < gend) {
+          const int j = args.upos[(long long)r * args.ucap + u];
+          key = j >= 0 ? j * span + off : -1;
+        }
+        sm.un.lkey[c][s][i][lane] = key;
+      }
+    }
   }
 
   OPUS_DEV void piece(const Piece& p) {
     int gbeg, gend;
-    group_keys<R>(args, p, gbeg, gend);
+    group_keys<R, UNION>(args, p, gbeg, gend);
     const int kbeg = piece_first_key(p, gbeg), kend = imin(gend, p.t1 * kBlockN);
     if (kbeg >= kend) return;  // the consumers skip it too (its first stage may start below kend)
     const int32_t* bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;
@@ -354,6 +397,7 @@ struct I8Producer {
       const long long next = bulk ? chunk_slot(bt_row, n0 + STEP, gbeg, gend) : -2;
       const int s = ring.slot;
       mbar_wait(&sm.empty[c][s], ring.phase ^ 1u);
+      union_keys(p, n0, gend, s);
       if (bulk)
         load_stage_bulk(sm.stage[c][s], &sm.full[c][s], slot);
       else
@@ -373,10 +417,11 @@ struct I8Producer {
 // wait there before the setup overwrites it), and all meet at kBarGroupReady once it is set up.
 constexpr int kBarGroupDone = 6, kBarGroupReady = 7;
 
-template <int R, int H, int CONS, bool NARROW, bool SPLIT = false>
+template <int R, int H, int CONS, bool NARROW, bool SPLIT = false, bool UNION = false>
 struct I8Consumer {
+  static_assert(!(UNION && SPLIT), "the union body is the fused body's");
   using S = I8Shape<R, H, CONS, SPLIT>;
-  using Sm = I8Smem<R, H, CONS, SPLIT>;
+  using Sm = I8Smem<R, H, CONS, SPLIT, UNION>;
   using Stage = I8Stage<S::KEYS>;
   const LaunchArgs& args;
   Sm& sm;
@@ -399,6 +444,28 @@ struct I8Consumer {
   OPUS_DEV char* row_out(int r) const { return ROWS_IN_REGS ? orow[ROWS_IN_REGS ? r : 0] : sm.optr[r]; }
   // Key n lies in row r's window.
   OPUS_DEV bool in_row(int r, int n) const { return uint32_t(n - sm.keys[c].rbeg[r]) < uint32_t(sm.keys[c].rlen[r]); }
+  // UNION: the piece's first union key (its stores stay in [ubeg, kend)), the stage's parity
+  // (which copy of the list keys it reads), and union key n of the stage at n0 -> row r's list
+  // key in *col; true when row r lists it inside its own window (rbeg / rlen: list keys).
+  int ubeg = 0, upar = 0;
+  OPUS_DEV bool union_col(int r, int n, int n0, int& col) const {
+    const int k = n - n0, lk = sm.un.cur[c][upar][r][k >> 3];
+    col = lk + (k & 7);
+    return (uint32_t(n - ubeg) < uint32_t(kend - ubeg)) & (lk >= 0) & in_row(r, col);
+  }
+  // UNION: at a stage's start, its list keys into this warpgroup's copy; the barrier orders the
+  // copy before any thread's stores read it.
+  OPUS_DEV void union_stage_keys(int slot) {
+    if constexpr (UNION) {
+      upar ^= 1;
+      const int i = ct % 128;
+      int* dst = &sm.un.cur[c][upar][0][0];
+      const int* src = &sm.un.lkey[c][slot][0][0];
+#pragma unroll
+      for (int k = 0; k < R * (S::KEYS / 8); k += 128) dst[k + i] = src[k + i];
+      bar_sync(2 + c, 128);
+    }
+  }
   // The fast path's stores of a stage: bit r MB + mb is set when this thread stores its key of M
   // block mb for row r (store_row: lanes t = 0, 1 store key_of(mb, t)). One register made at the
   // stage's start from the windows in shared memory: a window test at each store held two more
@@ -407,6 +474,18 @@ struct I8Consumer {
   OPUS_DEV void stage_stores(int n0) {
     static_assert(R * S::MB <= 32, "one bit a (row, M block)");
     store_mask = 0u;
+    if constexpr (UNION) {
+      if (t < 2) {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int mb = 0; mb < S::MB; ++mb) {
+            int col;
+            if (union_col(r, n0 + key_of(mb, t), n0, col)) store_mask |= 1u << (r * S::MB + mb);
+          }
+      }
+      return;
+    }
     if (t < 2) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -567,7 +646,12 @@ struct I8Consumer {
     int wbeg = 0, wend = 0;
     long long wbase = 0;
     const int wr = ct % 128;  // each warpgroup's threads 0 .. R - 1 write its copy of row wr's window
-    if (wr < R) row_window(args, r0 + wr, r0 + wr < r1, wbeg, wend, wbase);
+    if constexpr (UNION) {  // the rows' own windows (list keys); the piece's bounds are union keys
+      if (wr < R) row_window_in(args, args.list_ends, args.list_starts, args.list_cap, r0 + wr, r0 + wr < r1, wbeg, wend, wbase);
+      ubeg = kbeg;
+    } else {
+      if (wr < R) row_window(args, r0 + wr, r0 + wr < r1, wbeg, wend, wbase);
+    }
     if (wr == 0) {
       sm.keys[c].vbeg = gbeg;
       sm.keys[c].vend = gend;
@@ -586,9 +670,9 @@ struct I8Consumer {
       sm.red[ct >> 5][2] = wexp_lo;
     }
     if (wr < R) {
-      const int b = imax(wbeg, kbeg);  // stores stay inside the piece's own tiles
+      const int b = UNION ? wbeg : imax(wbeg, kbeg);  // stores stay inside the piece's own tiles (UNION: union_col)
       sm.keys[c].rbeg[wr] = b;
-      sm.keys[c].rlen[wr] = imax(imin(wend, kend) - b, 0);
+      sm.keys[c].rlen[wr] = imax((UNION ? wend : imin(wend, kend)) - b, 0);
     }
     if (ct < R) sm.optr[ct] = static_cast<char*>(args.out) + wbase * kOutBytes<NARROW>;
     const bool cols_fast = bar_and(1, S::CT, mine);
@@ -790,9 +874,12 @@ struct I8Consumer {
     const bool k_own = t & 1;
     float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));
     v = fadd_rn(v, warp_xor(v, 2));
-    const int n = n0 + key_of(mb, k_own ? 1 : 0);
+    int n = n0 + key_of(mb, k_own ? 1 : 0);
     if constexpr (S::RELU_ALU) v = fmul_rn(v, gscale);
-    if (store_mask >> (r * S::MB + mb) & 1u) store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));
+    if (store_mask >> (r * S::MB + mb) & 1u) {
+      if constexpr (UNION) union_col(r, n, n0, n);  // the mask holds the window test
+      store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));
+    }
   }
 
   // The epilogue of unit u (its wgmma has retired): its rows' sums into rs; false when the unit
@@ -1030,7 +1117,12 @@ struct I8Consumer {
             }
           const float val = head_tree(x, r);
           const int n = n0 + key_of(mb, kk);
-          if (t == kk && in_row(r, n)) store_key<NARROW>(args, sm.optr[r], n, val);
+          if constexpr (UNION) {
+            int col;
+            if (t == kk && union_col(r, n, n0, col)) store_key<NARROW>(args, sm.optr[r], col, val);
+          } else {
+            if (t == kk && in_row(r, n)) store_key<NARROW>(args, sm.optr[r], n, val);
+          }
         }
       }
     }
@@ -1085,6 +1177,7 @@ struct I8Consumer {
 
   OPUS_DEV void stage(int n0) {
     mbar_wait(&sm.full[c][ring.slot], ring.phase);
+    union_stage_keys(ring.slot);
     const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;
     khi = sm.keys[c].khi;
     const Stage& st = sm.stage[c][ring.slot];
@@ -1148,7 +1241,7 @@ struct I8Consumer {
 
   OPUS_DEV void piece(const Piece& p) {
     int gbeg, gend;
-    group_keys<R>(args, p, gbeg, gend);
+    group_keys<R, UNION>(args, p, gbeg, gend);
     const int kbeg = piece_first_key(p, gbeg);
     kend = imin(gend, p.t1 * kBlockN);
     if (kbeg >= kend) return;  // the producer skips it too
@@ -1276,9 +1369,9 @@ struct I8Converter {
 };
 
 // A consumer thread's pieces (ct: its index among the consumer threads).
-template <int R, int H, int CONS, bool NARROW, bool SPLIT>
-OPUS_DEV void i8_consume(const LaunchArgs& args, I8Smem<R, H, CONS, SPLIT>& sm, PieceWalk walk, int ct, int lane) {
-  I8Consumer<R, H, CONS, NARROW, SPLIT> cons{args, sm};
+template <int R, int H, int CONS, bool NARROW, bool SPLIT, bool UNION = false>
+OPUS_DEV void i8_consume(const LaunchArgs& args, I8Smem<R, H, CONS, SPLIT, UNION>& sm, PieceWalk walk, int ct, int lane) {
+  I8Consumer<R, H, CONS, NARROW, SPLIT, UNION> cons{args, sm};
   cons.c = ct / 128;
   cons.ct = ct;
   cons.warp = (ct % 128) / 32;
@@ -1292,11 +1385,11 @@ OPUS_DEV void i8_consume(const LaunchArgs& args, I8Smem<R, H, CONS, SPLIT>& sm, 
     if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);
 }
 
-template <int R, int H, int CONS, bool SPLIT = false>
+template <int R, int H, int CONS, bool SPLIT = false, bool UNION = false>
 __global__ void __launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1) mqa_logits_sm90_i8(const LaunchArgs args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = I8Shape<R, H, CONS, SPLIT>;
-  auto& sm = *reinterpret_cast<I8Smem<R, H, CONS, SPLIT>*>(i8_smem);
+  auto& sm = *reinterpret_cast<I8Smem<R, H, CONS, SPLIT, UNION>*>(i8_smem);
   const SeqView sv = seq_view(args);
   const int tid = threadIdx.x, lane = tid & 31;
   if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base
@@ -1337,7 +1430,7 @@ __global__ void __launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1) mqa_lo
     regs_shrink<S::PRODUCER_REGS>();
     if (tid / 32 >= CONS) return;
     const bool bulk = (reinterpret_cast<uintptr_t>(args.kv_scale) & 15) == 0;
-    I8Producer<R, H, CONS, SPLIT> prod{args, sm, tid / 32, lane, bulk};
+    I8Producer<R, H, CONS, SPLIT, UNION> prod{args, sm, tid / 32, lane, bulk};
     while (walk.next(args, R, p))
       if (p.r1 > p.r0 && p.t1 > p.t0) prod.piece(p);
     asm volatile("cp.async.wait_all;" ::: "memory");  // nothing in flight when the warp exits
@@ -1353,9 +1446,9 @@ __global__ void __launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1) mqa_lo
     regs_grow<S::CONSUMER_REGS>();
     const int ct = tid - 128 - (SPLIT ? 128 * CONS : 0);
     if (args.out_kind == kOutF32)
-      i8_consume<R, H, CONS, false>(args, sm, walk, ct, lane);
+      i8_consume<R, H, CONS, false, SPLIT, UNION>(args, sm, walk, ct, lane);
     else
-      i8_consume<R, H, CONS, true>(args, sm, walk, ct, lane);
+      i8_consume<R, H, CONS, true, SPLIT, UNION>(args, sm, walk, ct, lane);
   }
 #else
   __trap();  // built for another arch: the launcher never routes here

@@ -8,6 +8,7 @@
 #include "kernels.h"
 
 #include <atomic>
+#include <climits>
 #include "port.h"
 #include "registry.h"
 
@@ -36,6 +37,7 @@
 
 #include "kernel_sm90.cuh"
 #include "kernel_sm90_i8.cuh"
+#include "kernel_sm90_union.cuh"
 #define OPUS_BUILD_TARGET "sm_90"
 #define OPUS_ON_sm90(...) __VA_ARGS__
 #define OPUS_ON_gfx942(...)
@@ -61,12 +63,13 @@ thread_local opus_error_t last_error = opus_success;
 #define OPUS_FAMILY_fp8 sm90::kFp8
 #define OPUS_FAMILY_fold sm90::kFold
 #define OPUS_FAMILY_i8 sm90::kI8
+#define OPUS_FAMILY_i8u sm90::kI8U
 #endif
 
 #if !OPUS_HIP
 // The sm_90 kernel of a family and its shared memory: the mma.sync bodies (kernel_sm90.cuh), or
 // the wgmma body whose warpgroup 0 produces and the others consume (kernel_sm90_i8.cuh).
-template <int FAMILY, int R, int H, int WARPS, int CTAS, bool I8 = FAMILY == sm90::kI8>
+template <int FAMILY, int R, int H, int WARPS, int CTAS, bool I8 = FAMILY == sm90::kI8 || FAMILY == sm90::kI8U>
 struct SmBody {
   static constexpr int smem = sm90::smem_bytes<FAMILY, R, H, WARPS>();
   static auto kernel() { return sm90::mqa_logits_sm90<FAMILY, R, H, WARPS, CTAS>; }
@@ -77,10 +80,43 @@ template <int FAMILY, int R, int H, int WARPS, int CTAS>
 struct SmBody<FAMILY, R, H, WARPS, CTAS, true> {
   static_assert(WARPS % 4 == 0 && CTAS == 1, "i8: whole warpgroups, one CTA an SM");
   static constexpr bool split = WARPS == 20;
+  static constexpr bool uni = FAMILY == sm90::kI8U;  // the union body (kernel_sm90_union.cuh's pre-pass first)
+  static_assert(!(split && uni), "the union body is the fused i8 body's");
   static constexpr int cons = split ? 2 : WARPS / 4 - 1;
-  static constexpr int smem = sm90::i8_smem_bytes<R, H, cons, split>();
-  static auto kernel() { return sm90::mqa_logits_sm90_i8<R, H, cons, split>; }
+  static constexpr int smem = sm90::i8_smem_bytes<R, H, cons, split, uni>();
+  static auto kernel() { return sm90::mqa_logits_sm90_i8<R, H, cons, split, uni>; }
 };
+
+// The union body's pre-pass (kernel_sm90_union.cuh), then the body on the union's view of the
+// launch: the union as a non-gather sequence table, its keys as the rows' ends, no row starts.
+int union_prepass(const LaunchArgs& args, opus_stream_t stream) {
+  const int smem = sm90::union_slots(args.ucap) * 8;
+  static std::atomic<unsigned long long> opted_in{0};
+  int device = 0;
+  if ((last_error = cudaGetDevice(&device)) != opus_success) return kLaunchFailed;
+  const unsigned long long bit = 1ull << (device & 63);
+  if (!(opted_in.load(std::memory_order_relaxed) & bit)) {
+    if ((last_error = cudaFuncSetAttribute(sm90::mqa_union_prepass, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           227 * 1024)) != opus_success)
+      return kLaunchFailed;
+    opted_in.fetch_or(bit, std::memory_order_relaxed);
+  }
+  if (args.num_seqs > 0) sm90::mqa_union_prepass<<<args.num_seqs, sm90::kUnionThreads, smem, stream>>>(args);
+  last_error = opus_get_last_error();
+  return last_error == opus_success ? kLaunched : kLaunchFailed;
+}
+LaunchArgs union_view(const LaunchArgs& a) {
+  LaunchArgs u = a;
+  u.block_tables = a.utab;
+  u.stride_bt = a.ucap;
+  u.bt_cols = a.ucap;
+  u.gather = 0;
+  u.row_ends = a.uends;
+  u.row_starts = nullptr;
+  const long long keys = (long long)a.ucap * a.page_size * a.pages_per_block;
+  u.key_cap = (int32_t)(keys < INT_MAX ? keys : INT_MAX);
+  return u;
+}
 #endif
 
 template <int FAMILY, int R, int H, int WARPS, int CTAS>
@@ -95,6 +131,13 @@ int launch_one(const LaunchArgs& args, opus_stream_t stream) {
   constexpr int smem = Body::smem;
   static_assert(smem <= 227 * 1024, "shared memory of one CTA exceeds sm_90's 227 KB");
   auto kernel = Body::kernel();
+  const LaunchArgs* launched = &args;
+  LaunchArgs view;
+  if constexpr (FAMILY == sm90::kI8U) {
+    if (union_prepass(args, stream) != kLaunched) return kLaunchFailed;
+    view = union_view(args);
+    launched = &view;
+  }
   // dynamic shared memory above 48 KB is opt-in, once per kernel and device
   static std::atomic<unsigned long long> opted_in{0};
   int device = 0;
@@ -105,7 +148,7 @@ int launch_one(const LaunchArgs& args, opus_stream_t stream) {
       return kLaunchFailed;
     opted_in.fetch_or(bit, std::memory_order_relaxed);
   }
-  kernel<<<grid, block, smem, stream>>>(args);
+  kernel<<<grid, block, smem, stream>>>(*launched);
 #endif
   last_error = opus_get_last_error();
   return last_error == opus_success ? kLaunched : kLaunchFailed;

@@ -31,6 +31,11 @@
 //                order; within the tolerance), the canonical steps elsewhere. One CTA an SM.
 //                w20 is the split body: two converter warpgroups write INT8 tiles that two MMA
 //                warpgroups read from shared memory (one row of 64 heads)
+//           i8u  sm90a the i8 body on the union of each sequence's row tables (gather mode: the
+//                candidate layers' rows list their own entries, mostly from one pool): a
+//                pre-pass builds the union (kernel_sm90_union.cuh), the body scores it as one
+//                non-gather sequence whose rows share every key tile, and stores each row's
+//                logit of a key at the key's place in the row's own list. Free mode only
 //           mxf4 one scaled MFMA 32x32x64 a scale block on raw E2M1 operands, unit
 //                hardware scales (the E8M0 scales are applied on the VALU)
 //           mxsc gfx950 two scaled MFMAs 32x32x64 over the whole head_dim with the real E8M0
@@ -85,7 +90,11 @@
   X(31, sm90_i8_r2w16,     sm90,   i8,   2, 16, 64, 4, 1, 0x5)                 \
   X(17, sm90_i8_r2w12,     sm90,   i8,   2, 12, 64, 4, 1, 0xF)                 \
   X(18, sm90_i8_r4w12,     sm90,   i8,   4, 12, 64, 4, 1, 0x7)                 \
-  X(19, sm90_i8_r8w12,     sm90,   i8,   8, 12, 64, 4, 1, 0x3)
+  X(19, sm90_i8_r8w12,     sm90,   i8,   8, 12, 64, 4, 1, 0x3)                 \
+  /* i8u: the i8 body on the union of a sequence's row tables (gather mode, Free mode only) */ \
+  X(40, sm90_i8u_r2w12,    sm90,   i8u,  2, 12, 64, 4, 1, 0xF)                 \
+  X(41, sm90_i8u_r4w12,    sm90,   i8u,  4, 12, 64, 4, 1, 0x7)                 \
+  X(42, sm90_i8u_r8w12,    sm90,   i8u,  8, 12, 64, 4, 1, 0x3)
 
 // Keys of one stage of the i8 body (kernel_sm90_i8.cuh): the sequence's 64-key tiles 4j .. 4j + 3,
 // converted and voted on (fast or canonical path) as one, and what one count of its path_stats
@@ -96,6 +105,12 @@
 // Page sizes every instance serves (keys are gathered one by one through the table).
 #define OPUS_PAGE_SIZES {8, 16, 32, 64, 128}
 #define OPUS_MODES "table,free,prefill"
+// The union body (family i8u): its modes (its windows come from its pre-pass, which the Table
+// schedule cannot see), and the most entries its pre-pass hashes: max_qlen x table columns, at
+// 8 bytes a slot with a quarter spare, inside sm_90's 227 KB of shared memory.
+#define OPUS_UNION_FAMILY "i8u"
+#define OPUS_UNION_MODES "free"
+#define OPUS_UNION_MAX_ENTRIES 22528
 
 namespace opus {
 

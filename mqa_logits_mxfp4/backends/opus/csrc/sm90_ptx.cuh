@@ -57,6 +57,11 @@ OPUS_DEV void mbar_wait(uint64_t* bar, uint32_t parity) {
 OPUS_DEV void cp_async_arrive(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
+// The same counted apart from the thread's own arrival (the barrier's pending count goes up by one
+// until the copies land), for a thread that also arrives itself, releasing its plain stores.
+OPUS_DEV void cp_async_arrive_counted(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
 
 // The barrier's current phase also waits for `bytes` more bytes of bulk copies (complete_tx).
 OPUS_DEV void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {

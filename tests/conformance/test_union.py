@@ -1,0 +1,74 @@
+"""The union body (opus family i8u; docs/opus-backend.md, "The union body"): gather-mode rows
+of one sequence scored on the union of their tables, each row's logits stored at its own list
+positions. The conformance suite runs these instances on its gather geometry (two rows a
+sequence at most); here the rows share a pool as candidate lists do, up to eight a sequence,
+on data that takes the fast path and data that forces the canonical one, with cut windows and
+with entries a row lists twice."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mqa_logits_mxfp4.dispatch import registry
+from mqa_logits_mxfp4.problems import make_problem
+from mqa_logits_mxfp4.reference import compare_to_reference
+
+from .common import assert_untouched_outside, candidates, config, reference, run, window_starts
+
+UNION = [p for p in candidates() if p.values[0][0] == "opus" and "_i8u_" in p.values[0][1]]
+# (context, rows) a sequence: a full MTP 8 group, a part group, one row, an empty sequence, and a
+# sequence whose rows see short windows
+SEQS = [(3000, 8), (1200, 5), (700, 1), (0, 0), (2500, 3)]
+DATA = {"narrow": dict(scale_exponents=(100, 160), block_spread=2), "wide": dict(scale_exponents=(107, 147))}
+
+
+def union_problem(data: str, seed: int):
+    return make_problem(heads=32, page_size=8, gather=True, seqs=SEQS, pad_rows=2, table_pad=3,
+                        generator=torch.Generator().manual_seed(seed), device="cuda", **DATA[data])
+
+
+def need_gpu() -> None:
+    if not torch.cuda.is_available() or registry.get("opus").available() is not None:
+        pytest.skip("the opus backend on a GPU")
+
+
+def check(prob, cfg, row_starts=None):
+    out = run(prob, cfg, "free", row_starts=row_starts)
+    ref = reference(prob, cfg, row_starts=row_starts)
+    assert compare_to_reference(out, ref) == []
+    assert_untouched_outside(out, ref, prob.live_rows)
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pair", UNION)
+@pytest.mark.parametrize("data", ["narrow", "wide"])
+def test_union_of_rows_sharing_a_pool(pair, data):
+    """Rows drawing their lists from one pool (make_problem's gather tables: each row a random
+    80% of a pool 1.25x its list): within the tolerance, nothing written outside the windows;
+    then the same with cut windows (row_starts)."""
+    need_gpu()
+    prob = union_problem(data, seed=71)
+    cfg = config(prob, pair, "free", max_qlen=8)
+    check(prob, cfg)
+    check(prob, cfg, row_starts=window_starts(prob, seed=72))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pair", UNION)
+def test_union_with_repeated_and_foreign_entries(pair):
+    """A row that lists one entry twice (the second listing gets a union entry of its own), a
+    row whose list comes from another sequence's pool (the union holds both pools), and a row
+    listing its set in another order: every listed key is stored at each of its places."""
+    need_gpu()
+    prob = union_problem("narrow", seed=81)
+    table = prob.block_tables.clone()
+    table[0, 7] = table[0, 2]            # row 0 lists entry 2's block again at 7
+    table[1, 40:60] = table[1, 0:20]     # row 1 repeats a run of its own
+    table[2] = table[9]                  # row 2 draws from the second sequence's pool
+    table[8] = table[8].flip(0)          # row 8 (the second sequence's first) in reverse order
+    prob.block_tables = table
+    cfg = config(prob, pair, "free", max_qlen=8)
+    out = check(prob, cfg)
+    assert torch.equal(out[0, 56:64], out[0, 16:24]) and torch.equal(out[1, 320:480], out[1, 0:160])
