@@ -86,6 +86,8 @@ def config(prob, pair, mode: str, extra_len: int = 13, **bounds):
     reasons = backend.supports(key) + backend.instance_supports(inst, key)
     if reasons:
         pytest.skip("; ".join(map(str, reasons)))
+    if mode not in inst.modes:
+        pytest.skip(f"{inst.name} runs in {', '.join(inst.modes)} mode only; not {mode}")
     return make_config(key, backend, inst, "prefill" if mode == "prefill" else "free", "test")
 
 

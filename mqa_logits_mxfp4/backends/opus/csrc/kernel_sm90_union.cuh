@@ -29,8 +29,8 @@ constexpr int kUnionThreads = 512;
 // Hash slots for `ucap` entries: a quarter spare (linear probing stays short even when every
 // entry is distinct), 8 bytes each in dynamic shared memory (registry.h's OPUS_UNION_MAX_ENTRIES
 // keeps them inside 227 KB).
-OPUS_HD int union_slots(int ucap) { return ucap + ucap / 4 + 1; }
-static_assert((OPUS_UNION_MAX_ENTRIES + OPUS_UNION_MAX_ENTRIES / 4 + 1) * 8 <= 227 * 1024, "the union's hash fits");
+OPUS_HD constexpr int union_slots(int ucap) { return ucap + ucap / 4 + 1; }
+static_assert(union_slots(OPUS_UNION_MAX_ENTRIES) * 8 <= 227 * 1024 - 1024, "the union's hash and its few static words fit");
 
 // A slot: 0 empty; else the entry (high word), kUnionTaken, and 1 + its union index (0 until
 // pass 2; it stays 0 past ucap).

@@ -96,8 +96,10 @@ int union_prepass(const LaunchArgs& args, opus_stream_t stream) {
   if ((last_error = cudaGetDevice(&device)) != opus_success) return kLaunchFailed;
   const unsigned long long bit = 1ull << (device & 63);
   if (!(opted_in.load(std::memory_order_relaxed) & bit)) {
+    // the most any call asks (OPUS_UNION_MAX_ENTRIES), below the opt-in limit less the static part
+    constexpr int most = sm90::union_slots(OPUS_UNION_MAX_ENTRIES) * 8;
     if ((last_error = cudaFuncSetAttribute(sm90::mqa_union_prepass, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           227 * 1024)) != opus_success)
+                                           most)) != opus_success)
       return kLaunchFailed;
     opted_in.fetch_or(bit, std::memory_order_relaxed);
   }
