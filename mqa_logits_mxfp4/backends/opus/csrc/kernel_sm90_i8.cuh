@@ -458,11 +458,13 @@ struct I8Consumer {
   OPUS_DEV void union_stage_keys(int slot) {
     if constexpr (UNION) {
       upar ^= 1;
+      constexpr int N = R * (S::KEYS / 8);  // 64 words at two rows: half the warpgroup copies
       const int i = ct % 128;
       int* dst = &sm.un.cur[c][upar][0][0];
       const int* src = &sm.un.lkey[c][slot][0][0];
 #pragma unroll
-      for (int k = 0; k < R * (S::KEYS / 8); k += 128) dst[k + i] = src[k + i];
+      for (int k = 0; k < N; k += 128)
+        if (N % 128 == 0 || k + i < N) dst[k + i] = src[k + i];
       bar_sync(2 + c, 128);
     }
   }
