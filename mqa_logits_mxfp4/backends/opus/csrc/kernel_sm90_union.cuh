@@ -54,6 +54,27 @@ OPUS_DEV void union_row_entries(const LaunchArgs& a, int r, int span, int& jb, i
   je = imin(cdiv_nonneg(e, span), a.bt_cols);
 }
 
+// kUnionBatch of a thread's entries at a time (entries e0 + k x kUnionThreads), their loads in
+// flight together: one at a time, each pass waited a DRAM trip an entry (measured ~60 us at
+// eight rows of 2048 entries). `live[k]`: inside its row's window; `entry[k]`: the table's.
+constexpr int kUnionBatch = 8;
+OPUS_DEV void union_batch(const LaunchArgs& a, int r0, int W, long long n_entries, long long e0, int span,
+                          int32_t (&entry)[kUnionBatch], int (&row)[kUnionBatch], int (&col)[kUnionBatch],
+                          bool (&live)[kUnionBatch]) {
+#pragma unroll
+  for (int k = 0; k < kUnionBatch; ++k) {
+    const long long e = e0 + (long long)k * kUnionThreads;
+    const bool in = e < n_entries;
+    row[k] = r0 + (in ? int(e / W) : 0);
+    col[k] = in ? int(e % W) : 0;
+    // in bounds whether or not the entry is live (col < W <= the table's columns): loaded early
+    entry[k] = in ? a.block_tables[(long long)row[k] * a.stride_bt + col[k]] : 0;
+    int jb = 0, je = 0;
+    if (in) union_row_entries(a, row[k], span, jb, je);
+    live[k] = in && col[k] >= jb && col[k] < je;
+  }
+}
+
 __global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchArgs a) {
   extern __shared__ __align__(16) unsigned char union_smem[];
   unsigned long long* slot = reinterpret_cast<unsigned long long*>(union_smem);
@@ -70,19 +91,22 @@ __global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchA
   if (tid == 0) count = 0;
   __syncthreads();
 
+  int32_t entry[kUnionBatch];
+  int row[kUnionBatch], col[kUnionBatch];
+  bool live[kUnionBatch];
   // pass 1: every live entry into the hash
-  for (long long e = tid; e < n_entries; e += kUnionThreads) {
-    const int r = r0 + int(e / W), j = int(e % W);
-    int jb, je;
-    union_row_entries(a, r, span, jb, je);
-    if (j < jb || j >= je) continue;
-    const int32_t entry = a.block_tables[(long long)r * a.stride_bt + j];
-    const unsigned long long mine = (unsigned long long)uint32_t(entry) << 32 | kUnionTaken;
-    uint32_t i = union_home(entry, slots);
-    for (int n = 0; n < slots; ++n) {  // a free slot always exists: slots > ucap >= the entries
-      const unsigned long long old = atomicCAS(&slot[i], 0ull, mine);
-      if (old == 0ull || old == mine) break;
-      i = i + 1 == uint32_t(slots) ? 0 : i + 1;
+  for (long long e0 = tid; e0 < n_entries; e0 += (long long)kUnionThreads * kUnionBatch) {
+    union_batch(a, r0, W, n_entries, e0, span, entry, row, col, live);
+#pragma unroll  // registers, not a local array
+    for (int k = 0; k < kUnionBatch; ++k) {
+      if (!live[k]) continue;
+      const unsigned long long mine = (unsigned long long)uint32_t(entry[k]) << 32 | kUnionTaken;
+      uint32_t i = union_home(entry[k], slots);
+      for (int n = 0; n < slots; ++n) {  // a free slot always exists: slots > ucap >= the entries
+        const unsigned long long old = atomicCAS(&slot[i], 0ull, mine);
+        if (old == 0ull || old == mine) break;
+        i = i + 1 == uint32_t(slots) ? 0 : i + 1;
+      }
     }
   }
   __syncthreads();
@@ -129,25 +153,25 @@ __global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchA
 
   // pass 3: each live entry's list index at its union entry; a second listing by one row gets
   // a union entry of its own
-  for (long long e = tid; e < n_entries; e += kUnionThreads) {
-    const int r = r0 + int(e / W), j = int(e % W);
-    int jb, je;
-    union_row_entries(a, r, span, jb, je);
-    if (j < jb || j >= je) continue;
-    const int32_t entry = a.block_tables[(long long)r * a.stride_bt + j];
-    const int uu = union_index(slot, entry, slots);
-    if (uu < 0) continue;  // past ucap (a contract violation)
-    if (atomicCAS(&a.upos[(long long)r * ucap + uu], -1, j) == -1) continue;
-    const int v = atomicAdd(&count, 1);
-    if (v >= ucap) continue;
-    a.utab[utab_row + v] = entry;
-    for (int rr = r0; rr < r1; ++rr) a.upos[(long long)rr * ucap + v] = rr == r ? j : -1;
+  for (long long e0 = tid; e0 < n_entries; e0 += (long long)kUnionThreads * kUnionBatch) {
+    union_batch(a, r0, W, n_entries, e0, span, entry, row, col, live);
+    int first[kUnionBatch];  // the batch's claims in flight together
+#pragma unroll
+    for (int k = 0; k < kUnionBatch; ++k) {
+      const int uu = live[k] ? union_index(slot, entry[k], slots) : -1;  // -1: past ucap (a contract violation)
+      first[k] = uu < 0 ? -2 : atomicCAS(&a.upos[(long long)row[k] * ucap + uu], -1, col[k]);
+    }
+#pragma unroll  // registers, not a local array
+    for (int k = 0; k < kUnionBatch; ++k) {
+      if (first[k] < 0) continue;  // -1: claimed; -2: nothing to claim; else the row listed it before
+      const int v = atomicAdd(&count, 1);
+      if (v >= ucap) continue;
+      a.utab[utab_row + v] = entry[k];
+      for (int rr = r0; rr < r1; ++rr) a.upos[(long long)rr * ucap + v] = rr == row[k] ? col[k] : -1;
+    }
   }
   __syncthreads();
-  const int n_union = imin(count, ucap);
-  // padding: the union's first entry (real keys: they vote like the others, nobody stores them)
-  const int32_t pad = n_union > 0 ? a.utab[utab_row] : -1;
-  for (int v = n_union + tid; v < ucap; v += kUnionThreads) a.utab[utab_row + v] = pad;
+  const int n_union = imin(count, ucap);  // the body reads no entry past it (its keys end there)
   for (int r = r0 + tid; r < r1; r += kUnionThreads) a.uends[r] = n_union * span;
 }
 
