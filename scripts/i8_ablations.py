@@ -225,9 +225,9 @@ EDITS = {
                   "  }\n};\n")],
     # the fast path's stores skipped (timing only: out keeps what was there) while the sums and
     # their quad reductions stay live (a store whose condition no finite sum meets)
-    "nostore": [("    if (store_mask >> (r * S::MB + mb) & 1u) store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));\n",
-                 "    if ((store_mask >> (r * S::MB + mb) & 1u) && __float_as_uint(v) == 0x7FC00001u)\n"
-                 "      store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));\n")],
+    "nostore": [("    if (store_mask >> (r * S::MB + mb) & 1u) {\n      if constexpr (UNION) union_col(r, n, n0, n);",
+                 "    if ((store_mask >> (r * S::MB + mb) & 1u) && __float_as_uint(v) == 0x7FC00001u) {\n"
+                 "      if constexpr (UNION) union_col(r, n, n0, n);")],
     "novote": [("      fast = bar_and(2 + c, 128, ok);", "      fast = true;\n      (void)ok;")],
     # every key through the shift-0 table (timing only: wrong logits where a block's offset is not
     # 0): what choosing each key's table by its offsets costs (the quad shuffles, the address, an
@@ -239,9 +239,12 @@ EDITS = {
                   "    const bool k_own = t & 1;\n"
                   "    float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n"
                   "    v = fadd_rn(v, warp_xor(v, 2));\n"
-                  "    const int n = n0 + key_of(mb, k_own ? 1 : 0);\n"
+                  "    int n = n0 + key_of(mb, k_own ? 1 : 0);\n"
                   "    if constexpr (S::RELU_ALU) v = fmul_rn(v, gscale);\n"
-                  "    if (store_mask >> (r * S::MB + mb) & 1u) store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));\n"
+                  "    if (store_mask >> (r * S::MB + mb) & 1u) {\n"
+                  "      if constexpr (UNION) union_col(r, n, n0, n);  // the mask holds the window test\n"
+                  "      store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));\n"
+                  "    }\n"
                   "  }\n",
                   # store_row as its two halves: the value (no memory operation) and the store
                   "  OPUS_DEV float row_value(const float (&rs)[2], float scale) const {\n"
@@ -252,8 +255,11 @@ EDITS = {
                   "    return fmul_rn(v, scale);\n"
                   "  }\n"
                   "  OPUS_DEV void put_row(int r, float v, int n0, int mb) const {\n"
-                  "    const int n = n0 + key_of(mb, (t & 1) ? 1 : 0);\n"
-                  "    if (store_mask >> (r * S::MB + mb) & 1u) store_key<NARROW>(args, row_out(r), n, v);\n"
+                  "    int n = n0 + key_of(mb, (t & 1) ? 1 : 0);\n"
+                  "    if (store_mask >> (r * S::MB + mb) & 1u) {\n"
+                  "      if constexpr (UNION) union_col(r, n, n0, n);\n"
+                  "      store_key<NARROW>(args, row_out(r), n, v);\n"
+                  "    }\n"
                   "  }\n"
                   "  OPUS_DEV void store_row(int r, const float (&rs)[2], int n0, int mb, float scale) const {\n"
                   "    put_row(r, row_value(rs, scale), n0, mb);\n"
@@ -354,10 +360,10 @@ EDITS["stamps"] = [
      "  PieceWalk walk = make_walk(args, sv, R, sm.range);\n"),
     ("    regs_shrink<S::PRODUCER_REGS>();\n",
      "    regs_shrink<S::PRODUCER_REGS>();\n    if (tid == 0 && blockIdx.x == 0) TS(3);\n"),
-    ("  OPUS_DEV void piece(const Piece& p) {\n    int gbeg, gend;\n    group_keys<R>(args, p, gbeg, gend);\n"
+    ("  OPUS_DEV void piece(const Piece& p) {\n    int gbeg, gend;\n    group_keys<R, UNION>(args, p, gbeg, gend);\n"
      "    const int kbeg = piece_first_key(p, gbeg), kend = imin(gend, p.t1 * kBlockN);\n    if (kbeg >= kend) return;  // the consumers skip it too (its first stage may start below kend)\n",
      "  OPUS_DEV void piece(const Piece& p) {\n    const bool st = blockIdx.x == 0 && c == 0 && lane == 0;\n"
-     "    if (st) TS_ONCE(4);  // the walk's first step done\n    int gbeg, gend;\n    group_keys<R>(args, p, gbeg, gend);\n"
+     "    if (st) TS_ONCE(4);  // the walk's first step done\n    int gbeg, gend;\n    group_keys<R, UNION>(args, p, gbeg, gend);\n"
      "    if (st && gend != -12345) TS_ONCE(5);  // the row window read (the compare waits for it)\n"
      "    const int kbeg = piece_first_key(p, gbeg), kend = imin(gend, p.t1 * kBlockN);\n    if (kbeg >= kend) return;  // the consumers skip it too (its first stage may start below kend)\n"),
     ("    long long slot = bulk ? chunk_slot(bt_row, n0, gbeg, gend) : -2;\n",
@@ -742,7 +748,7 @@ EDITS["rollprefill"] = [("    if (ROLL_SETUP && args.mode != kModePrefill)\n", "
 # goes on, with no barrier across the consumers and no operand built. What a piece's set-up and
 # the drain before it cost, the bound of a query operand prepared ahead of the stages.
 EDITS["onesetup"] = [
-    ("  OPUS_DEV void piece(const Piece& p) {\n    int gbeg, gend;\n    group_keys<R>(args, p, gbeg, gend);\n"
+    ("  OPUS_DEV void piece(const Piece& p) {\n    int gbeg, gend;\n    group_keys<R, UNION>(args, p, gbeg, gend);\n"
      "    const int kbeg = piece_first_key(p, gbeg);\n    kend = imin(gend, p.t1 * kBlockN);\n"
      "    if (kbeg >= kend) return;  // the producer skips it too\n    setup_group(p, gbeg, gend, kbeg);\n",
      "  bool set_up = false;\n"
@@ -758,7 +764,7 @@ EDITS["onesetup"] = [
      "    bar_sync(8 + c, 128);\n"
      "    if constexpr (ROWS_IN_REGS) {\n#pragma unroll\n      for (int r = 0; r < R; ++r) orow[r] = sm.optr[r];\n    }\n"
      "  }\n"
-     "  OPUS_DEV void piece(const Piece& p) {\n    int gbeg, gend;\n    group_keys<R>(args, p, gbeg, gend);\n"
+     "  OPUS_DEV void piece(const Piece& p) {\n    int gbeg, gend;\n    group_keys<R, UNION>(args, p, gbeg, gend);\n"
      "    const int kbeg = piece_first_key(p, gbeg);\n    kend = imin(gend, p.t1 * kBlockN);\n"
      "    if (kbeg >= kend) return;  // the producer skips it too\n"
      "    if (set_up && !SPLIT) {\n      setup_light(p, gbeg, gend, kbeg);\n    } else {\n"
@@ -798,7 +804,7 @@ _FREE_SCAN = ("  if (args.mode == kModeFree && tid < 32) {\n"
               "    if (lane == 0) {\n      sm.range[0] = cr.u_begin;\n      sm.range[1] = cr.u_end;\n"
               "      sm.range[2] = cr.b;\n      sm.range[3] = cr.base;\n    }\n  }\n")
 EDITS["prefetchfirst"] = [
-    ("template <int R>\nOPUS_DEV void group_keys(",
+    ("template <int R, bool UNION = false>\nOPUS_DEV void group_keys(",
      "// L2 prefetch of the rows of the group at unit offset `into` of sequence b (R rows a group).\n"
      "template <int R, int H>\n"
      "OPUS_DEV void prefetch_first_group(const LaunchArgs& args, const SeqView& sv, int b, int into, int lane) {\n"
@@ -808,7 +814,7 @@ EDITS["prefetchfirst"] = [
      "  const int gu = SeqView::group_units(span);\n"
      "  const int r0 = qa + (gu > 0 ? imax(into, 0) / gu : 0) * R;\n"
      + _prefetch_rows("r0", "imin(qb, r0 + R)", "  ") + "}\n\n"
-     "template <int R>\nOPUS_DEV void group_keys("),
+     "template <int R, bool UNION = false>\nOPUS_DEV void group_keys("),
     (_FREE_SCAN, _FREE_SCAN[:-len("  }\n")]
      + "    prefetch_first_group<R, H>(args, sv, cr.b, cr.u_begin - cr.base, lane);\n"
        "  } else if (args.mode == kModeTable && tid < 32) {\n"

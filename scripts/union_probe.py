@@ -107,18 +107,23 @@ def time_cand(cand, key, problem, out, layers, iters, dev):
     return us + sched / layers, launch, build
 
 
+def shape_and_pick(suite, name: str, dev):
+    """The suite's shape, its problem on `dev`, its key, and the table's pick (a Candidate)."""
+    shape = suite[name]
+    key = shape.key(dev)
+    cfg = mqa_logits_mxfp4_config(device=dev, **shape.bounds())
+    (pick,), _ = candidates(key, instances={cfg.instance}, modes={cfg.mode})
+    return shape, shape.make(dev), key, pick
+
+
 def kernel(a, dev, suite) -> None:
     """The union body (i8u, Free mode) beside the gather pick, each checked on its own output."""
     print("| shape | gather pick | us | i8u r2w12 | i8u r4w12 | i8u r8w12 | best vs pick | checks |")
     print("|---|---|---|---|---|---|---|---|")
     for name in a.shapes.split(","):
-        shape = suite[name]
-        p = shape.make(dev)
-        key = shape.key(dev)
-        cfg = mqa_logits_mxfp4_config(device=dev, **shape.bounds())
+        shape, p, key, pick = shape_and_pick(suite, name, dev)
         check = ReferenceCheck(p, shape.max_seq_len)
         out = torch.empty((p.rows, shape.max_seq_len), device=dev)
-        (pick,), _ = candidates(key, instances={cfg.instance}, modes={cfg.mode})
         cands = [pick] + candidates(key, instances={f"sm90_i8u_{k}" for k in ("r2w12", "r4w12", "r8w12")},
                                     modes={"free"})[0]
         times, notes = {}, []
@@ -157,12 +162,8 @@ def main() -> None:
           "| scatter us | union total | vs gather | check |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in a.shapes.split(","):
-        shape = suite[name]
-        p = shape.make(dev)
-        key = shape.key(dev)
-        cfg = mqa_logits_mxfp4_config(device=dev, **shape.bounds())
+        shape, p, key, pick = shape_and_pick(suite, name, dev)
         out = torch.full((p.rows, shape.max_seq_len), float("-inf"), device=dev)
-        (pick,), _ = candidates(key, instances={cfg.instance}, modes={cfg.mode})
         g_us, launch, build = time_cand(pick, key, p, out, shape.layers, a.iters, dev)
 
         build_union = lambda: union_tables(p)  # noqa: E731

@@ -72,3 +72,22 @@ def test_union_with_repeated_and_foreign_entries(pair):
     cfg = config(prob, pair, "free", max_qlen=8)
     out = check(prob, cfg)
     assert torch.equal(out[0, 56:64], out[0, 16:24]) and torch.equal(out[1, 320:480], out[1, 0:160])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pair", UNION)
+def test_union_repeats_bit_for_bit_on_mixed_paths(pair):
+    """Stages of both paths (narrow data, with a block scale 12 binades off on every seventh of
+    row 0's pages: those keys fall outside the fast rule): within the tolerance, and a repeated
+    call gives the same bits (the union's order, and so each stage's vote, is the same at every
+    call: docs/contract.md, "Determinism")."""
+    need_gpu()
+    prob = union_problem("narrow", seed=91)
+    kv_scale = prob.kv_scale.clone()
+    pages = prob.block_tables[0, :360:7].long()
+    kv_scale[pages, :, 2] = (kv_scale[pages, :, 0].int() + 12).clamp(max=250).to(torch.uint8)
+    prob.kv_scale = kv_scale
+    cfg = config(prob, pair, "free", max_qlen=8)
+    first = check(prob, cfg)
+    again = run(prob, cfg, "free")
+    assert torch.equal(first.view(torch.int32), again.view(torch.int32))

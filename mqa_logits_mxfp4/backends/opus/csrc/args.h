@@ -65,7 +65,7 @@ struct LaunchArgs {
   // union key at that key's place in row r's own list. The body's block_tables, row_ends and
   // row_starts are the union's (utab, uends, none); the rows' own windows are list_ends /
   // list_starts, capped at list_cap. All null / 0 for every other body.
-  int32_t* utab;               // [num_seqs, ucap]: sequence b's union entries (then padding)
+  int32_t* utab;               // [num_seqs, ucap]: sequence b's union entries (the first uends[r] / span)
   int32_t* upos;               // [num_rows, ucap]: row r's list entry of union entry u, or -1
   int32_t* uends;              // [num_rows]: the keys of the row's sequence's union
   const int32_t* list_ends;    // the caller's row_ends

@@ -207,8 +207,8 @@ struct I8Smem {
   uint64_t empty[CONS][S::STAGES];
   int range[4];
   I8GroupKeys<R> keys[CONS];          // per consumer warpgroup (each reads its own at each stage)
-  I8Tiles<CONS, S::TILE_SLOTS, S::TILE_BYTES, S::KEYS, SPLIT> tiles;  // an empty struct without SPLIT
-  I8UnionKeys<R, CONS, S::STAGES, S::KEYS, UNION> un;                // last: an empty struct without UNION
+  I8UnionKeys<R, CONS, S::STAGES, S::KEYS, UNION> un;                // an empty struct without UNION
+  I8Tiles<CONS, S::TILE_SLOTS, S::TILE_BYTES, S::KEYS, SPLIT> tiles;  // last: an empty struct without SPLIT
 };
 
 template <int R, int H, int CONS, bool SPLIT = false, bool UNION = false>
@@ -1179,7 +1179,6 @@ struct I8Consumer {
 
   OPUS_DEV void stage(int n0) {
     mbar_wait(&sm.full[c][ring.slot], ring.phase);
-    union_stage_keys(ring.slot);
     const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;
     khi = sm.keys[c].khi;
     const Stage& st = sm.stage[c][ring.slot];
@@ -1207,6 +1206,7 @@ struct I8Consumer {
         ok &= i8_key_fast(my_kmin[v], max4(my_scale[v]), n0 + judged_key(v), vbeg, vend, khi);
       fast = bar_and(2 + c, 128, ok);  // the stage's one vote: all its keys in [vbeg, vend)
     }
+    union_stage_keys(ring.slot);  // UNION: before this stage's stores
     if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);
     if (fast) {
       uint32_t offsets[S::VK];
