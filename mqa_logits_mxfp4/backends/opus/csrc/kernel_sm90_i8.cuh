@@ -33,6 +33,10 @@
 //             stage is released after the last M block's read); on the fast path per M block and
 //             64-column chunk: convert, wgmma, and the previous unit's epilogue and store while
 //             this one's wgmma runs.
+//   UNION     the union body (family i8u): the same roles on the union of a sequence's gather
+//             tables (the launch's union view, kernel_sm90_union.cuh's pre-pass); the producer
+//             also hands each stage's list keys on, and the consumers store each row's logit at
+//             its key's place in the row's own list (I8UnionKeys, union_col).
 #pragma once
 
 #include "args.h"
@@ -171,7 +175,7 @@ template <int CONS, int SLOTS, int BYTES, int KEYS>
 struct I8Tiles<CONS, SLOTS, BYTES, KEYS, false> {};
 
 // UNION (kernel_sm90_union.cuh): where each row lists each 8-key group of a stage. The producer
-// writes slot s's with the slot's keys (lane l: the keys 8l .. 8l + 7, inside one table entry);
+// writes lkey[c][s] as it fills slot s (lane l: the keys 8l .. 8l + 7, inside one table entry);
 // at the stage's start the consumer copies them (its stores outlast the slot) into cur[stage
 // parity]: row r's list key of group k's first key, or -1 where row r does not list it.
 template <int R, int CONS, int STAGES, int KEYS, bool UNION>
