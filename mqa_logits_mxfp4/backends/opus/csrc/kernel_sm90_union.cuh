@@ -7,9 +7,9 @@
 // so that the i8 body scores the union as one non-gather sequence (its rows share every key
 // tile) and stores row r's logit of union key u * span + i at list key j * span + i.
 // A row's live entries are those its window [row_start, min(row_end, key_cap)) reaches. A row
-// that lists one entry twice gets a union entry of its own for the second listing (upos holds
-// one list index a row and entry), so every listed key is stored. The union's order is the
-// entries' first listings' (row-major), the same at every call.
+// that lists one entry more than once gets a union entry of its own for each later listing
+// (upos holds one list index a row and entry), so every listed key is stored. The union's order
+// is the entries' first listings' (row-major), then the later listings', the same at every call.
 // Memory safety: query_start_loc is clamped as the work split clamps it, a sequence's entries
 // past ucap are dropped (only a caller-contract violation gets there: ucap = max_qlen x table
 // columns), and an entry outside the cache stays in the union (the body scores it NaN, as any).
