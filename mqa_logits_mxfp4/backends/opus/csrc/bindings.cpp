@@ -86,16 +86,20 @@ opus::CallDesc make_call(int64_t instance_id, int64_t mode, const at::Tensor& q,
   return c;
 }
 
-// The union body's scratch (checks.h: union_scratch_ints), allocated on out's device and torch's
+// Whether registry id `instance_id` is a union body's (it needs union_scratch).
+bool is_union(int64_t instance_id) {
+  const opus::InstanceInfo* inst = opus::find_instance((int)instance_id);
+  return inst != nullptr && opus::is_union_family(*inst);
+}
+
+// A union body's scratch (checks.h: union_scratch_ints), allocated on out's device and torch's
 // current stream (the caching allocator: stream-ordered reuse after the launch); an undefined
-// tensor for every other instance.
+// tensor where the call's shapes are for the checks to reject.
 at::Tensor union_scratch(opus::CallDesc& c, const at::Tensor& block_tables, const at::Tensor& query_start_loc,
                          const at::Tensor& row_ends, const at::Tensor& out) {
-  const opus::InstanceInfo* inst = opus::find_instance(c.instance_id);
-  if (inst == nullptr || !opus::is_union_family(*inst) || block_tables.dim() != 2 || query_start_loc.dim() != 1 ||
-      row_ends.dim() != 1 || c.max_qlen < 1)
-    return at::Tensor();
-  if (c.page_size < 1 || c.pages_per_block < 1) return at::Tensor();  // the checks name the rule
+  if (block_tables.dim() != 2 || query_start_loc.dim() != 1 || row_ends.dim() != 1 || c.max_qlen < 1 ||
+      c.page_size < 1 || c.pages_per_block < 1)
+    return at::Tensor();  // the checks name the rule
   const int64_t ucap = opus::union_capacity(c.max_qlen, block_tables.size(1), c.max_seq_len,
                                            (int64_t)c.page_size * c.pages_per_block);
   if (ucap > opus::kUnionMaxEntries) return at::Tensor();  // the checks name the rule
@@ -118,7 +122,8 @@ void launch(int64_t instance_id, int64_t mode, const at::Tensor& q, const at::Te
                                pages_per_block, gather, max_seq_len, grid_x, parts, row_starts, max_qlen);
   c.path_stats = describe(path_stats);
   if (!out.is_cuda()) throw std::invalid_argument("opus: out must be on a GPU; got " + out.device().str());
-  const at::Tensor scratch = union_scratch(c, block_tables, query_start_loc, row_ends, out);
+  const at::Tensor scratch =
+      is_union(instance_id) ? union_scratch(c, block_tables, query_start_loc, row_ends, out) : at::Tensor();
   opus::launch(c, reinterpret_cast<void*>(static_cast<intptr_t>(stream)));
 }
 
@@ -165,7 +170,7 @@ class Launcher {
            bool gather, int64_t max_seq_len, int64_t grid_x, int64_t parts, int64_t max_qlen)
       : instance_id_(instance_id), mode_(mode), heads_(heads), page_size_(page_size),
         pages_per_block_(pages_per_block), gather_(gather), max_seq_len_(max_seq_len), grid_x_(grid_x),
-        parts_(parts), max_qlen_(max_qlen) {}
+        parts_(parts), max_qlen_(max_qlen), union_(is_union(instance_id)) {}
 
   bool run(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache, const at::Tensor& kv_scale,
            const at::Tensor& weights, const at::Tensor& block_tables, const at::Tensor& query_start_loc,
@@ -177,7 +182,7 @@ class Launcher {
     bool known = false;
     for (const Signature& s : accepted_) known = known || same(s, sig);
     if (!known) return false;
-    const at::Tensor scratch = union_scratch(c, block_tables, query_start_loc, row_ends, out);  // i8u only
+    const at::Tensor scratch = union_ ? union_scratch(c, block_tables, query_start_loc, row_ends, out) : at::Tensor();
     opus::launch(c, current_stream(out.device()));
     return true;
   }
@@ -217,6 +222,7 @@ class Launcher {
   int64_t instance_id_, mode_, heads_, page_size_, pages_per_block_;
   bool gather_;
   int64_t max_seq_len_, grid_x_, parts_, max_qlen_;
+  bool union_;  // a union body: each run allocates its scratch (looked up once, not once a call)
   std::vector<Signature> accepted_;
 };
 
@@ -325,7 +331,9 @@ std::string validate(int64_t instance_id, int64_t mode, const at::Tensor& q, con
   opus::CallDesc c = make_call(instance_id, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
                                query_start_loc, row_ends, out, out_offsets, records, heads, page_size,
                                pages_per_block, gather, max_seq_len, grid_x, parts, row_starts, max_qlen);
-  const at::Tensor scratch = out.is_cuda() ? union_scratch(c, block_tables, query_start_loc, row_ends, out) : at::Tensor();
+  const at::Tensor scratch = out.is_cuda() && is_union(instance_id)
+                                 ? union_scratch(c, block_tables, query_start_loc, row_ends, out)
+                                 : at::Tensor();
   return opus::validate(c);
 }
 

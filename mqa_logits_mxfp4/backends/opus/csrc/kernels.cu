@@ -87,22 +87,29 @@ struct SmBody<FAMILY, R, H, WARPS, CTAS, true> {
   static auto kernel() { return sm90::mqa_logits_sm90_i8<R, H, cons, split, uni>; }
 };
 
+// Dynamic shared memory above 48 KB is opt-in, once per kernel and device: `opted_in` is that
+// kernel's bit set of devices done. false: the runtime refused (last_error says why).
+bool opt_in_smem(std::atomic<unsigned long long>& opted_in, const void* kernel, int bytes) {
+  int device = 0;
+  if ((last_error = cudaGetDevice(&device)) != opus_success) return false;
+  const unsigned long long bit = 1ull << (device & 63);
+  if (!(opted_in.load(std::memory_order_relaxed) & bit)) {
+    if ((last_error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) != opus_success)
+      return false;
+    opted_in.fetch_or(bit, std::memory_order_relaxed);
+  }
+  return true;
+}
+
 // The union body's pre-pass (kernel_sm90_union.cuh), then the body on the union's view of the
 // launch: the union as a non-gather sequence table, its keys as the rows' ends, no row starts.
 int union_prepass(const LaunchArgs& args, opus_stream_t stream) {
   const int smem = sm90::union_slots(args.ucap) * 8;
+  // the most any call asks (OPUS_UNION_MAX_ENTRIES), below the opt-in limit less the static part
   static std::atomic<unsigned long long> opted_in{0};
-  int device = 0;
-  if ((last_error = cudaGetDevice(&device)) != opus_success) return kLaunchFailed;
-  const unsigned long long bit = 1ull << (device & 63);
-  if (!(opted_in.load(std::memory_order_relaxed) & bit)) {
-    // the most any call asks (OPUS_UNION_MAX_ENTRIES), below the opt-in limit less the static part
-    constexpr int most = sm90::union_slots(OPUS_UNION_MAX_ENTRIES) * 8;
-    if ((last_error = cudaFuncSetAttribute(sm90::mqa_union_prepass, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           most)) != opus_success)
-      return kLaunchFailed;
-    opted_in.fetch_or(bit, std::memory_order_relaxed);
-  }
+  if (!opt_in_smem(opted_in, reinterpret_cast<const void*>(sm90::mqa_union_prepass),
+                   sm90::union_slots(OPUS_UNION_MAX_ENTRIES) * 8))
+    return kLaunchFailed;
   if (args.num_seqs > 0) sm90::mqa_union_prepass<<<args.num_seqs, sm90::kUnionThreads, smem, stream>>>(args);
   last_error = opus_get_last_error();
   return last_error == opus_success ? kLaunched : kLaunchFailed;
@@ -140,16 +147,8 @@ int launch_one(const LaunchArgs& args, opus_stream_t stream) {
     view = union_view(args);
     launched = &view;
   }
-  // dynamic shared memory above 48 KB is opt-in, once per kernel and device
-  static std::atomic<unsigned long long> opted_in{0};
-  int device = 0;
-  if ((last_error = cudaGetDevice(&device)) != opus_success) return kLaunchFailed;
-  const unsigned long long bit = 1ull << (device & 63);
-  if (!(opted_in.load(std::memory_order_relaxed) & bit)) {
-    if ((last_error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != opus_success)
-      return kLaunchFailed;
-    opted_in.fetch_or(bit, std::memory_order_relaxed);
-  }
+  static std::atomic<unsigned long long> opted_in{0};  // this kernel's devices
+  if (!opt_in_smem(opted_in, reinterpret_cast<const void*>(kernel), smem)) return kLaunchFailed;
   kernel<<<grid, block, smem, stream>>>(*launched);
 #endif
   last_error = opus_get_last_error();
