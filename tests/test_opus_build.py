@@ -121,7 +121,7 @@ def test_backend_rules(over, reason):
     ("sm90_i8u_r4w12", dict(heads=32), "gather: sm90_i8u_r4w12 scores the union of each sequence's row tables: "
                                        "gather mode only"),
     ("sm90_i8u_r8w12", dict(heads=32, page_size=8, gather=True, max_qlen=16, max_seq_len=16384),
-     "union: sm90_i8u_r8w12 its pre-pass holds max_qlen x block_table_width <= 22528 entries; got 16 x 2048"),
+     "union: sm90_i8u_r8w12 its pre-pass holds max_qlen x block_table_width <= 16384 entries; got 16 x 2048"),
     ("gfx950_mxf4_r1w2", dict(), "arch: gfx950_mxf4_r1w2 runs on gfx950; got sm_90"),
     ("gfx942_f16_r1w4", dict(), "arch: gfx942_f16_r1w4 runs on gfx942; got sm_90"),
     ("gfx942_f16_r2w4", dict(arch="gfx942", heads=128), "heads: gfx942_f16_r2w4 needs heads in (16, 32, 64); got 128"),

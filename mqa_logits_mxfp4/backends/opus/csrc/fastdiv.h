@@ -15,7 +15,7 @@ struct FastDiv {
   int32_t divisor;
 };
 
-inline FastDiv make_fastdiv(int32_t d) {  // host, d >= 1
+OPUS_HD FastDiv make_fastdiv(int32_t d) {  // d >= 1 (host, or once a thread)
   uint32_t l = 0;
   while ((1ull << l) < (uint64_t)d) ++l;
   const uint64_t magic = ((1ull << 32) * ((1ull << l) - (uint64_t)d)) / (uint64_t)d + 1;

@@ -26,36 +26,23 @@
 namespace opus {
 namespace sm90 {
 
-constexpr int kUnionThreads = 512;
-// Hash slots for `ucap` entries: a quarter spare (linear probing stays short even when every
-// entry is distinct), 8 bytes each in dynamic shared memory (registry.h's OPUS_UNION_MAX_ENTRIES
-// keeps them inside 227 KB).
-OPUS_HD constexpr int union_slots(int ucap) { return ucap + ucap / 4 + 1; }
-static_assert(union_slots(OPUS_UNION_MAX_ENTRIES) * 8 <= 227 * 1024 - 1024, "the union's hash and its few static words fit");
+constexpr int kUnionThreads = 1024;  // 32 warps an SM to hide each pass's latency chains (64 registers a thread)
+constexpr int kUnionStage = 8;  // the staging's chunks in flight at once
+// Dynamic shared memory: the hash, ucap + ucap / 8 + 1 slots of 8 bytes (linear probing stays
+// short at the unions that candidate lists make; every entry distinct fills it to 8/9), then the
+// sequence's table slice (4 bytes an entry) and its entries' liveness (a bit each):
+// registry.h's OPUS_UNION_MAX_ENTRIES keeps them inside 227 KB.
+OPUS_HD constexpr int union_slots(int ucap) { return ucap + ucap / 8 + 1; }
+OPUS_HD constexpr int union_smem_bytes(int ucap) { return union_slots(ucap) * 8 + ucap * 4 + (ucap / 32 + 1) * 4; }
+static_assert(union_smem_bytes(OPUS_UNION_MAX_ENTRIES) <= 227 * 1024 - 1024,
+              "the union's hash, its staged entries and their liveness, and a few static words, fit");
 
 // A slot: 0 empty; else the entry (high word), kUnionTaken, and in the low 31 bits its first
-// listing e (pass 1), then 1 + its union index (pass 2).
+// listing e (pass 1), then 1 + its union index (pass 2). Pass 1 probes; the later passes find an
+// entry's slot in its staged word.
 constexpr unsigned long long kUnionTaken = 0x80000000ull;
 OPUS_DEV uint32_t union_home(int32_t entry, int slots) {
   return uint32_t((uint64_t(uint32_t(entry) * 0x9E3779B1u) * uint32_t(slots)) >> 32);
-}
-OPUS_DEV bool union_holds(unsigned long long s, int32_t entry) { return (s & kUnionTaken) && int32_t(s >> 32) == entry; }
-// The slot of an entry pass 1 inserted, and (after pass 2) its union index.
-OPUS_DEV int union_slot(const unsigned long long* slot, int32_t entry, int slots) {
-  uint32_t i = union_home(entry, slots);
-  for (int n = 0; n < slots && !union_holds(slot[i], entry); ++n) i = i + 1 == uint32_t(slots) ? 0 : i + 1;
-  return int(i);
-}
-OPUS_DEV int union_index(const unsigned long long* slot, int32_t entry, int slots) {
-  return int(uint32_t(slot[union_slot(slot, entry, slots)]) & 0x7FFFFFFFu) - 1;
-}
-
-// Row r's live entries [jb, je) of its table row (the window's entries, capped at the table).
-OPUS_DEV void union_row_entries(const LaunchArgs& a, int r, int span, int& jb, int& je) {
-  const int e = imin(imax(a.row_ends[r], 0), a.key_cap);
-  const int s = a.row_starts ? imin(imax(a.row_starts[r], 0), e) : 0;
-  jb = s / span;
-  je = imin(cdiv_nonneg(e, span), a.bt_cols);
 }
 
 // A block-wide exclusive prefix sum of v (every thread calls it); *total: the sum.
@@ -83,20 +70,20 @@ OPUS_DEV int union_scan(int v, int* warp_sum, int* total) {
 }
 
 // Entry e of a sequence (row-major: row r0 + e / W, list index e % W): its row, list index, table
-// entry, and whether the row's window reaches it.
+// entry, and whether the row's window reaches it -- from the staged slice (`ent`: the table's
+// entries; `live`: a bit an entry).
 struct UnionEntry {
   int row, j;
   int32_t entry;
   bool live;
 };
-OPUS_DEV UnionEntry union_entry(const LaunchArgs& a, int r0, int W, int span, int e) {
+OPUS_DEV UnionEntry union_entry(const int32_t* ent, const uint32_t* live, int r0, const FastDiv& W, int e) {
   UnionEntry x;
-  x.row = r0 + e / W;
-  x.j = e % W;
-  int jb, je;
-  union_row_entries(a, x.row, span, jb, je);
-  x.live = x.j >= jb && x.j < je;
-  x.entry = x.live ? a.block_tables[(long long)x.row * a.stride_bt + x.j] : 0;
+  const int rl = fast_div(e, W);
+  x.row = r0 + rl;
+  x.j = e - rl * W.divisor;
+  x.live = live[e >> 5] >> (e & 31) & 1u;
+  x.entry = ent[e];
   return x;
 }
 
@@ -112,19 +99,52 @@ __global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchA
   const int r0 = sv.start(b), r1 = imax(sv.start(b + 1), r0);
   const int span = a.page_size * a.pages_per_block, ucap = a.ucap, slots = union_slots(ucap);
   const int W = cdiv_nonneg(a.key_cap, span);  // the columns a window can reach (ucap = max_qlen x W)
+  const FastDiv wdiv = make_fastdiv(imax(W, 1));  // an entry's row
   // the sequence's entries, row-major; at most ucap (a caller-contract violation may list more
   // rows: those past it are dropped)
   const int n_entries = (int)imin((long long)(r1 - r0) * W, ucap);
+  int32_t* ent = reinterpret_cast<int32_t*>(slot + slots);
+  uint32_t* live = reinterpret_cast<uint32_t*>(ent + ucap);
   for (int i = tid; i < slots; i += kUnionThreads) slot[i] = 0ull;
+  // the slice staged once, eight chunks' reads in flight together (every later pass reads shared
+  // memory but upos): the table entry whether or not it is live (in bounds: its column < W <= the
+  // table's), the row's window beside it, a warp's 32 consecutive entries' liveness in one word
+  const int chunks = (n_entries + kUnionThreads - 1) / kUnionThreads;
+  for (int k0 = 0; k0 < chunks; k0 += kUnionStage) {
+    int32_t entry[kUnionStage];
+    int j[kUnionStage], end[kUnionStage], start[kUnionStage];
+#pragma unroll
+    for (int k = 0; k < kUnionStage; ++k) {
+      const int e = (k0 + k) * kUnionThreads + tid;
+      const bool in = e < n_entries;
+      const int row = r0 + (in ? fast_div(e, wdiv) : 0);
+      j[k] = e - (row - r0) * W;
+      entry[k] = in ? a.block_tables[(long long)row * a.stride_bt + j[k]] : 0;
+      end[k] = in ? a.row_ends[row] : 0;
+      start[k] = in && a.row_starts ? a.row_starts[row] : 0;
+    }
+#pragma unroll
+    for (int k = 0; k < kUnionStage; ++k) {
+      const int e = (k0 + k) * kUnionThreads + tid;
+      if (k0 + k >= chunks) break;  // uniform: the block's chunk count
+      const int ee = imin(imax(end[k], 0), a.key_cap), ss = imin(imax(start[k], 0), ee);
+      // the window [ss, ee) reaches the entry's keys [j span, (j + 1) span)
+      const bool lv = e < n_entries && (long long)(j[k] + 1) * span > ss && (long long)j[k] * span < ee;
+      if (e < n_entries) ent[e] = entry[k];
+      const uint32_t bits = __ballot_sync(0xFFFFFFFFu, lv);
+      if ((tid & 31) == 0 && e < n_entries) live[e >> 5] = bits;  // e: a multiple of 32 on lane 0
+    }
+  }
   __syncthreads();
 
   // pass 1: every live entry into the hash, each slot keeping its entry's first listing (the
-  // smallest e: the same high word, so the 64-bit minimum is the low word's)
+  // smallest e: the same high word, so the 64-bit minimum is the low word's); from here a live
+  // entry's staged word is its slot
   for (int e = tid; e < n_entries; e += kUnionThreads) {
-    const UnionEntry x = union_entry(a, r0, W, span, e);
-    if (!x.live) continue;
-    const unsigned long long mine = (unsigned long long)uint32_t(x.entry) << 32 | kUnionTaken | uint32_t(e);
-    uint32_t i = union_home(x.entry, slots);
+    if (!(live[e >> 5] >> (e & 31) & 1u)) continue;
+    const int32_t entry = ent[e];
+    const unsigned long long mine = (unsigned long long)uint32_t(entry) << 32 | kUnionTaken | uint32_t(e);
+    uint32_t i = union_home(entry, slots);
     for (int n = 0; n < slots; ++n) {  // a free slot always exists: slots > ucap >= the entries
       const unsigned long long old = atomicCAS(&slot[i], 0ull, mine);
       if (old == 0ull) break;
@@ -134,58 +154,93 @@ __global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchA
       }
       i = i + 1 == uint32_t(slots) ? 0 : i + 1;
     }
+    ent[e] = int32_t(i);
   }
   __syncthreads();
 
-  // pass 2: the first listings numbered in entry order (each thread a contiguous run of entries,
-  // <= 64 as ucap <= 22528 = 44 x 512: their flags in one word)
-  const int per = (n_entries + kUnionThreads - 1) / kUnionThreads;
-  const int e0 = imin(tid * per, n_entries), e1 = imin(e0 + per, n_entries);
-  unsigned long long firsts = 0ull;
-  for (int e = e0; e < e1; ++e) {
-    const UnionEntry x = union_entry(a, r0, W, span, e);
-    if (!x.live) continue;
-    const unsigned long long s = slot[union_slot(slot, x.entry, slots)];
-    if (uint32_t(s) == (uint32_t(kUnionTaken) | uint32_t(e))) firsts |= 1ull << (e - e0);
+  // passes 2 and 4 number entries in entry order: warp w walks its run [w x run, (w + 1) x run)
+  // 32 entries a step, lane l entry w x run + 32 k + l (shared memory without conflicts, global
+  // writes coalesced), a step's flags in one ballot that lane k keeps (<= kSteps steps); the
+  // warps' counts scanned block-wide
+  constexpr int kWarps = kUnionThreads / 32, kSteps = OPUS_UNION_MAX_ENTRIES / kUnionThreads;
+  static_assert(kSteps * kUnionThreads == OPUS_UNION_MAX_ENTRIES && kSteps <= 32, "a warp's run in <= 32 steps");
+  const int lane = tid & 31, warp = tid >> 5;
+  const uint32_t below = (1u << lane) - 1u;
+  const int run = (n_entries + kWarps * 32 - 1) / (kWarps * 32) * 32, steps = run / 32;
+  const int wbase = warp * run + lane;  // this lane's entry at step 0
+  auto step_live = [&](int k) { const int e = wbase + 32 * k; return e < n_entries && (live[e >> 5] >> lane & 1u); };
+
+  // pass 2: the first listings (the slot's smallest e is this one's)
+  uint32_t firsts = 0u;  // lane k: step k's ballot
+  int count = 0;
+  for (int k = 0; k < steps; ++k) {
+    const int e = wbase + 32 * k;
+    bool first = false;
+    if (step_live(k)) first = uint32_t(slot[ent[e]]) == (uint32_t(kUnionTaken) | uint32_t(e));
+    const uint32_t m = __ballot_sync(0xFFFFFFFFu, first);
+    if (lane == k) firsts = m;
+    count += __popc(m);
   }
   int U;
-  int u = union_scan(__popcll(firsts), warp_sum, &U);  // its syncs keep pass 2's reads before the writes
+  int u = __shfl_sync(0xFFFFFFFFu, union_scan(lane == 0 ? count : 0, warp_sum, &U), 0);  // its syncs order pass 2's reads before the writes
   const long long utab_row = (long long)b * ucap;
-  for (int e = e0; e < e1; ++e) {
-    if (!(firsts >> (e - e0) & 1ull)) continue;
-    const UnionEntry x = union_entry(a, r0, W, span, e);
-    const int i = union_slot(slot, x.entry, slots);
-    slot[i] = (slot[i] & ~0x7FFFFFFFull) | uint32_t(u + 1);  // from here the low word is the union index + 1
-    a.utab[utab_row + u] = x.entry;
-    ++u;
+  for (int k = 0; k < steps; ++k) {
+    const uint32_t m = __shfl_sync(0xFFFFFFFFu, firsts, k);
+    if (m >> lane & 1u) {
+      const int e = wbase + 32 * k, uu = u + __popc(m & below);
+      const int i = ent[e];
+      slot[i] = (slot[i] & ~0x7FFFFFFFull) | uint32_t(uu + 1);  // from here the low word is the union index + 1
+      a.utab[utab_row + uu] = int32_t(slot[i] >> 32);
+    }
+    u += __popc(m);
   }
-  for (long long e = tid; e < (long long)(r1 - r0) * U; e += kUnionThreads) a.upos[(r0 + e / U) * ucap + e % U] = -1;
+  for (int r = r0; r < r1; ++r)
+    for (int uu = tid; uu < U; uu += kUnionThreads) a.upos[(long long)r * ucap + uu] = -1;
   __syncthreads();
 
   // pass 3: each row's first listing of each union entry (the smallest list index: an unsigned
   // minimum over -1)
   for (int e = tid; e < n_entries; e += kUnionThreads) {
-    const UnionEntry x = union_entry(a, r0, W, span, e);
+    const UnionEntry x = union_entry(ent, live, r0, wdiv, e);
     if (!x.live) continue;
-    const int uu = union_index(slot, x.entry, slots);
+    const int uu = int(uint32_t(slot[x.entry]) & 0x7FFFFFFFu) - 1;  // x.entry: its slot (pass 1)
+    ent[e] = uu;  // from here a live entry's staged word is its union index (utab[uu] its entry)
     atomicMin(reinterpret_cast<unsigned*>(&a.upos[(long long)x.row * ucap + uu]), unsigned(x.j));
   }
   __syncthreads();
-  // pass 4: a row's later listings of one entry, numbered after the firsts in entry order
-  unsigned long long later = 0ull;
-  for (int e = e0; e < e1; ++e) {
-    const UnionEntry x = union_entry(a, r0, W, span, e);
-    if (x.live && a.upos[(long long)x.row * ucap + union_index(slot, x.entry, slots)] != x.j)
-      later |= 1ull << (e - e0);
+
+  // pass 4: a row's later listings of one entry (upos holds an earlier list index), numbered
+  // after the firsts in entry order; a lane's upos reads all in flight at once, from L2 where
+  // pass 3's minima are
+  uint32_t later = 0u;
+  count = 0;
+  {
+    int listed[kSteps];
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      const int e = wbase + 32 * k;
+      listed[k] = -1;
+      if (k < steps && step_live(k)) listed[k] = __ldcg(&a.upos[(long long)(r0 + fast_div(e, wdiv)) * ucap + ent[e]]);
+    }
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      if (k >= steps) break;  // uniform
+      const int e = wbase + 32 * k;
+      const uint32_t m = __ballot_sync(0xFFFFFFFFu, listed[k] >= 0 && listed[k] != e - fast_div(e, wdiv) * W);
+      if (lane == k) later = m;
+      count += __popc(m);
+    }
   }
   int extra;
-  int v = U + union_scan(__popcll(later), warp_sum, &extra);  // U + extra <= live entries <= ucap
-  for (int e = e0; e < e1; ++e) {
-    if (!(later >> (e - e0) & 1ull)) continue;
-    const UnionEntry x = union_entry(a, r0, W, span, e);
-    a.utab[utab_row + v] = x.entry;
-    for (int rr = r0; rr < r1; ++rr) a.upos[(long long)rr * ucap + v] = rr == x.row ? x.j : -1;
-    ++v;
+  int v = U + __shfl_sync(0xFFFFFFFFu, union_scan(lane == 0 ? count : 0, warp_sum, &extra), 0);  // U + extra <= live entries <= ucap
+  for (int k = 0; k < steps; ++k) {
+    const uint32_t m = __shfl_sync(0xFFFFFFFFu, later, k);
+    if (m >> lane & 1u) {
+      const int e = wbase + 32 * k, vv = v + __popc(m & below), rl = fast_div(e, wdiv), row = r0 + rl;
+      a.utab[utab_row + vv] = __ldcg(&a.utab[utab_row + ent[e]]);  // ent[e]: its union index (pass 3)
+      for (int rr = r0; rr < r1; ++rr) a.upos[(long long)rr * ucap + vv] = rr == row ? e - rl * W : -1;
+    }
+    v += __popc(m);
   }
   for (int r = r0 + tid; r < r1; r += kUnionThreads) a.uends[r] = (U + extra) * span;
 }

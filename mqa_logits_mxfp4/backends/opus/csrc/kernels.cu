@@ -104,11 +104,11 @@ bool opt_in_smem(std::atomic<unsigned long long>& opted_in, const void* kernel, 
 // The union body's pre-pass (kernel_sm90_union.cuh), then the body on the union's view of the
 // launch: the union as a non-gather sequence table, its keys as the rows' ends, no row starts.
 int union_prepass(const LaunchArgs& args, opus_stream_t stream) {
-  const int smem = sm90::union_slots(args.ucap) * 8;
+  const int smem = sm90::union_smem_bytes(args.ucap);
   // the most any call asks (OPUS_UNION_MAX_ENTRIES), below the opt-in limit less the static part
   static std::atomic<unsigned long long> opted_in{0};
   if (!opt_in_smem(opted_in, reinterpret_cast<const void*>(sm90::mqa_union_prepass),
-                   sm90::union_slots(OPUS_UNION_MAX_ENTRIES) * 8))
+                   sm90::union_smem_bytes(OPUS_UNION_MAX_ENTRIES)))
     return kLaunchFailed;
   if (args.num_seqs > 0) sm90::mqa_union_prepass<<<args.num_seqs, sm90::kUnionThreads, smem, stream>>>(args);
   last_error = opus_get_last_error();

@@ -106,11 +106,11 @@
 #define OPUS_PAGE_SIZES {8, 16, 32, 64, 128}
 #define OPUS_MODES "table,free,prefill"
 // The union body (family i8u): its modes (its windows come from its pre-pass, which the Table
-// schedule cannot see), and the most entries its pre-pass hashes: max_qlen x table columns, at
-// 8 bytes a slot with a quarter spare, inside sm_90's 227 KB of shared memory.
+// schedule cannot see), and the most entries its pre-pass hashes: max_qlen x table columns (MTP 8
+// x 2048 blocks), staged and hashed inside sm_90's 227 KB of shared memory.
 #define OPUS_UNION_FAMILY "i8u"
 #define OPUS_UNION_MODES "free"
-#define OPUS_UNION_MAX_ENTRIES 22528
+#define OPUS_UNION_MAX_ENTRIES 16384
 
 namespace opus {
 
