@@ -9,10 +9,12 @@ time the serialization). nvcc only: nothing here runs a GPU.
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,40 @@ def test_summarize_tables_medians_and_changes():
     # base: median of 100 and 102; fast: 90.5 against 101.0 is -10.4%; one round of wrong
     assert table[2] == "| r2w12 2 x 64 x 32768 | 101.0 | 90.5 (-10.4%) | 50.0 (-50.5%) |"
     assert len(table) == 3
+
+
+def _ncu_sass():
+    path = Path(__file__).resolve().parents[1] / "scripts" / "ncu_sass.py"
+    spec = importlib.util.spec_from_file_location("ncu_sass", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("ncu_sass", mod)  # its dataclass looks its module up while it is built
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_ncu_sass_sums_segments_loops_and_lines(tmp_path):
+    # a source page as ncu exports it: a title row, the header, absolute addresses, branch targets
+    # as addresses; a loop of three lines at 0x10-0x30 and a barrier at 0x40
+    header = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed",
+              "stall_short_sb", "stall_wait", "stall_barrier", "stall_short_sb (Not Issued)"]
+    base = 0x7F0000001000
+    body = [(0x00, "MOV R1, R2", 2, 10, 0, 2, 0), (0x10, "LDS R3, [R4]", 10, 100, 9, 1, 0),
+            (0x20, "ISETP.NE.AND P0, PT, R3, R5, PT", 60, 100, 55, 5, 0),
+            (0x30, f"@P0 BRA {base + 0x10:#x}", 8, 100, 0, 8, 0), (0x40, "BAR.SYNC.DEFER_BLOCKING 0x0", 20, 10, 0, 0, 20),
+            (0x50, "EXIT", 0, 10, 0, 0, 0)]
+    rows = [["Kernel Name", "k(Args)", ""], header]
+    rows += [[f"{base + o:#x}", f"      {t}", str(s), f"{e:,}", str(a), str(w), str(b), "99"] for o, t, s, e, a, w, b in body]
+    path = tmp_path / "sass.csv"
+    with path.open("w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    mod = _ncu_sass()
+    kernel, first, lines = mod.read(path)
+    assert (kernel, first, [x.offset for x in lines]) == ("k(Args)", base, [0, 0x10, 0x20, 0x30, 0x40, 0x50])
+    assert lines[2].reasons == {"short_sb": 55.0, "wait": 5.0}  # the "(Not Issued)" columns are not reasons
+    assert mod.loops(lines, base) == [(0x10, 0x30)]
+    assert mod.segments(lines) == [(0, 0x40), (0x41, 0x50)]
+    assert mod.span_totals(lines, 0x10, 0x30) == (78.0, 300.0, {"short_sb": 64.0, "wait": 14.0})
+    text = mod.summarize(path, top=1).splitlines()
+    assert text[0] == "k(Args): 100 stall samples, 330 warp instructions executed, 6 lines"
+    assert "samples  78.0%  executed  90.9%  short_sb 82%, wait 18%" in next(t for t in text if t.startswith("  loop"))
+    assert text[-1].startswith("  0x00020  60.0% exec       100  ISETP.NE.AND")
