@@ -69,12 +69,12 @@ OPUS_DEV int union_scan(int v, int* warp_sum, int* total) {
   return incl - v + ((tid >> 5) > 0 ? warp_sum[(tid >> 5) - 1] : 0);
 }
 
-// Entry e of a sequence (row-major: row r0 + e / W, list index e % W): its row, list index, table
-// entry, and whether the row's window reaches it -- from the staged slice (`ent`: the table's
-// entries; `live`: a bit an entry).
+// Entry e of a sequence (row-major: row r0 + e / W, list index e % W): its row, list index, staged
+// word, and whether the row's window reaches it -- from the staged slice (`ent`: the table's
+// entry until pass 1, its hash slot until pass 3, then its union index; `live`: a bit an entry).
 struct UnionEntry {
   int row, j;
-  int32_t entry;
+  int32_t entry;  // ent[e]
   bool live;
 };
 OPUS_DEV UnionEntry union_entry(const int32_t* ent, const uint32_t* live, int r0, const FastDiv& W, int e) {
