@@ -92,19 +92,27 @@ bool is_union(int64_t instance_id) {
   return inst != nullptr && opus::is_union_family(*inst);
 }
 
-// A union body's scratch (checks.h: union_scratch_ints), allocated on out's device and torch's
-// current stream (the caching allocator: stream-ordered reuse after the launch); an undefined
-// tensor where the call's shapes are for the checks to reject.
-at::Tensor union_scratch(opus::CallDesc& c, const at::Tensor& block_tables, const at::Tensor& query_start_loc,
-                         const at::Tensor& row_ends, const at::Tensor& out) {
+// A union body's scratch words (args.h: union_scratch_ints), at least one; 0 where the call's
+// shapes are for the checks to reject (they name the rule).
+int64_t union_scratch_size(const opus::CallDesc& c, const at::Tensor& block_tables,
+                           const at::Tensor& query_start_loc, const at::Tensor& row_ends) {
   if (block_tables.dim() != 2 || query_start_loc.dim() != 1 || row_ends.dim() != 1 || c.max_qlen < 1 ||
       c.page_size < 1 || c.pages_per_block < 1)
-    return at::Tensor();  // the checks name the rule
+    return 0;
   const int64_t ucap = opus::union_capacity(c.max_qlen, block_tables.size(1), c.max_seq_len,
                                            (int64_t)c.page_size * c.pages_per_block);
-  if (ucap > opus::kUnionMaxEntries) return at::Tensor();  // the checks name the rule
+  if (ucap > opus::kUnionMaxEntries) return 0;
   const int64_t n = opus::union_scratch_ints(std::max<int64_t>(query_start_loc.size(0) - 1, 0), row_ends.size(0), ucap);
-  at::Tensor t = at::empty({std::max<int64_t>(n, 1)}, out.options().dtype(at::kInt));
+  return std::max<int64_t>(n, 1);
+}
+
+// A union body's scratch, allocated on out's device and torch's current stream (the caching
+// allocator: stream-ordered reuse after the launch); undefined where the checks will reject the call.
+at::Tensor union_scratch(opus::CallDesc& c, const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                         const at::Tensor& row_ends, const at::Tensor& out) {
+  const int64_t n = union_scratch_size(c, block_tables, query_start_loc, row_ends);
+  if (n == 0) return at::Tensor();
+  at::Tensor t = at::empty({n}, out.options().dtype(at::kInt));
   c.scratch = describe(t);
   return t;
 }
@@ -331,9 +339,16 @@ std::string validate(int64_t instance_id, int64_t mode, const at::Tensor& q, con
   opus::CallDesc c = make_call(instance_id, mode, q, q_scale, kv_cache, kv_scale, weights, block_tables,
                                query_start_loc, row_ends, out, out_offsets, records, heads, page_size,
                                pages_per_block, gather, max_seq_len, grid_x, parts, row_starts, max_qlen);
-  const at::Tensor scratch = out.is_cuda() && is_union(instance_id)
-                                 ? union_scratch(c, block_tables, query_start_loc, row_ends, out)
-                                 : at::Tensor();
+  if (out.is_cuda() && is_union(instance_id)) {  // the scratch launch would allocate, described, not allocated
+    const int64_t n = union_scratch_size(c, block_tables, query_start_loc, row_ends);
+    if (n > 0) {
+      c.scratch.dtype = opus::kI32;
+      c.scratch.ndim = 1;
+      c.scratch.sizes[0] = n;
+      c.scratch.strides[0] = 1;
+      c.scratch.device = (int32_t)out.get_device();
+    }
+  }
   return opus::validate(c);
 }
 

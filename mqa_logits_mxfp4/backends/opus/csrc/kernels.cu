@@ -104,13 +104,14 @@ bool opt_in_smem(std::atomic<unsigned long long>& opted_in, const void* kernel, 
 // The union body's pre-pass (kernel_sm90_union.cuh), then the body on the union's view of the
 // launch: the union as a non-gather sequence table, its keys as the rows' ends, no row starts.
 int union_prepass(const LaunchArgs& args, opus_stream_t stream) {
-  const int smem = sm90::union_smem_bytes(args.ucap);
-  // the most any call asks (OPUS_UNION_MAX_ENTRIES), below the opt-in limit less the static part
   static std::atomic<unsigned long long> opted_in{0};
+  // opted in for the most any call asks (OPUS_UNION_MAX_ENTRIES; its static_assert keeps that
+  // below the limit less the static part); each launch asks for its own capacity's
   if (!opt_in_smem(opted_in, reinterpret_cast<const void*>(sm90::mqa_union_prepass),
                    sm90::union_smem_bytes(OPUS_UNION_MAX_ENTRIES)))
     return kLaunchFailed;
-  if (args.num_seqs > 0) sm90::mqa_union_prepass<<<args.num_seqs, sm90::kUnionThreads, smem, stream>>>(args);
+  if (args.num_seqs > 0)
+    sm90::mqa_union_prepass<<<args.num_seqs, sm90::kUnionThreads, sm90::union_smem_bytes(args.ucap), stream>>>(args);
   last_error = opus_get_last_error();
   return last_error == opus_success ? kLaunched : kLaunchFailed;
 }
@@ -140,16 +141,14 @@ int launch_one(const LaunchArgs& args, opus_stream_t stream) {
   constexpr int smem = Body::smem;
   static_assert(smem <= 227 * 1024, "shared memory of one CTA exceeds sm_90's 227 KB");
   auto kernel = Body::kernel();
-  const LaunchArgs* launched = &args;
-  LaunchArgs view;
-  if constexpr (FAMILY == sm90::kI8U) {
-    if (union_prepass(args, stream) != kLaunched) return kLaunchFailed;
-    view = union_view(args);
-    launched = &view;
-  }
   static std::atomic<unsigned long long> opted_in{0};  // this kernel's devices
   if (!opt_in_smem(opted_in, reinterpret_cast<const void*>(kernel), smem)) return kLaunchFailed;
-  kernel<<<grid, block, smem, stream>>>(*launched);
+  if constexpr (FAMILY == sm90::kI8U) {  // the pre-pass once the body can launch: nothing runs alone
+    if (union_prepass(args, stream) != kLaunched) return kLaunchFailed;
+    kernel<<<grid, block, smem, stream>>>(union_view(args));
+  } else {
+    kernel<<<grid, block, smem, stream>>>(args);
+  }
 #endif
   last_error = opus_get_last_error();
   return last_error == opus_success ? kLaunched : kLaunchFailed;
