@@ -194,42 +194,59 @@ __global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchA
     }
     u += __popc(m);
   }
-  for (int r = r0; r < r1; ++r)
-    for (int uu = tid; uu < U; uu += kUnionThreads) a.upos[(long long)r * ucap + uu] = -1;
   __syncthreads();
 
-  // pass 3: each row's first listing of each union entry (the smallest list index: an unsigned
-  // minimum over -1)
-  for (int e = tid; e < n_entries; e += kUnionThreads) {
-    const UnionEntry x = union_entry(ent, live, r0, wdiv, e);
-    if (!x.live) continue;
-    const int uu = int(uint32_t(slot[x.entry]) & 0x7FFFFFFFu) - 1;  // x.entry: its slot (pass 1)
-    ent[e] = uu;  // from here a live entry's staged word is its union index (utab[uu] its entry)
-    atomicMin(reinterpret_cast<unsigned*>(&a.upos[(long long)x.row * ucap + uu]), unsigned(x.j));
+  // pass 3: each live entry's union index into its staged word; from here the hash is free
+  for (int e = tid; e < n_entries; e += kUnionThreads)
+    if (live[e >> 5] >> (e & 31) & 1u) ent[e] = int(uint32_t(slot[ent[e]]) & 0x7FFFFFFFu) - 1;
+  __syncthreads();
+
+  // upos, a tile of rows at a time in the hash's shared memory: tile[(r - ra) x U + u] is row r's
+  // smallest list index of union entry u (a row tile's entries are contiguous in entry order, so
+  // each entry is visited once); then every listing above its row's minimum is a later one (a
+  // bit in `later_bits`), and the tile is written out whole (-1 where the row does not list u)
+  uint32_t* later_bits = reinterpret_cast<uint32_t*>(slot);
+  uint32_t* tile = later_bits + (ucap / 32 + 1);
+  const int tile_words = slots * 2 - (ucap / 32 + 1);  // >= ucap >= U: a tile holds a row at least
+  const int rows = (n_entries + W - 1) / imax(W, 1);   // the rows with entries (the rest list none)
+  const int tile_rows = imax(tile_words / imax(U, 1), 1);
+  for (int i = tid; i < ucap / 32 + 1; i += kUnionThreads) later_bits[i] = 0u;
+  for (int ra = 0; ra < rows; ra += tile_rows) {
+    const int rb = imin(rows, ra + tile_rows), cells = (rb - ra) * U;
+    const int lo = ra * W, hi = imin(rb * W, n_entries);
+    for (int i = tid; i < cells; i += kUnionThreads) tile[i] = 0xFFFFFFFFu;
+    __syncthreads();
+    for (int e = lo + tid; e < hi; e += kUnionThreads) {
+      if (!(live[e >> 5] >> (e & 31) & 1u)) continue;
+      const int rl = fast_div(e, wdiv);
+      atomicMin(&tile[(rl - ra) * U + ent[e]], uint32_t(e - rl * W));
+    }
+    __syncthreads();
+    for (int base = lo & ~31; base < hi; base += kUnionThreads) {  // a warp's lanes: one aligned word
+      const int e = base + tid;
+      bool later = false;
+      if (e >= lo && e < hi && (live[e >> 5] >> (e & 31) & 1u)) {
+        const int rl = fast_div(e, wdiv);
+        later = tile[(rl - ra) * U + ent[e]] != uint32_t(e - rl * W);
+      }
+      const uint32_t m = __ballot_sync(0xFFFFFFFFu, later);
+      if (lane == 0 && m) atomicOr(&later_bits[e >> 5], m);  // two tiles may share a word
+    }
+    for (int r = ra; r < rb; ++r)
+      for (int uu = tid; uu < U; uu += kUnionThreads) a.upos[(long long)(r0 + r) * ucap + uu] = int32_t(tile[(r - ra) * U + uu]);
+    __syncthreads();  // the tile is read out before the next one's fill
   }
-  __syncthreads();
+  for (int r = r0 + rows; r < r1; ++r)  // rows past the entries (a caller-contract violation) list none
+    for (int uu = tid; uu < U; uu += kUnionThreads) a.upos[(long long)r * ucap + uu] = -1;
 
-  // pass 4: a row's later listings of one entry (upos holds an earlier list index), numbered
-  // after the firsts in entry order; a lane's upos reads all in flight at once, from L2 where
-  // pass 3's minima are
+  // pass 4: the later listings numbered after the firsts in entry order (a step's flags: one word)
   uint32_t later = 0u;
   count = 0;
-  {
-    int listed[kSteps];
-#pragma unroll
-    for (int k = 0; k < kSteps; ++k) {
-      const int e = wbase + 32 * k;
-      listed[k] = -1;
-      if (k < steps && step_live(k)) listed[k] = __ldcg(&a.upos[(long long)(r0 + fast_div(e, wdiv)) * ucap + ent[e]]);
-    }
-#pragma unroll
-    for (int k = 0; k < kSteps; ++k) {
-      if (k >= steps) break;  // uniform
-      const int e = wbase + 32 * k;
-      const uint32_t m = __ballot_sync(0xFFFFFFFFu, listed[k] >= 0 && listed[k] != e - fast_div(e, wdiv) * W);
-      if (lane == k) later = m;
-      count += __popc(m);
-    }
+  for (int k = 0; k < steps; ++k) {
+    const int e0 = wbase - lane + 32 * k;  // the step's first entry: a multiple of 32
+    const uint32_t m = e0 < n_entries ? later_bits[e0 >> 5] : 0u;
+    if (lane == k) later = m;
+    count += __popc(m);
   }
   int extra;
   int v = U + __shfl_sync(0xFFFFFFFFu, union_scan(lane == 0 ? count : 0, warp_sum, &extra), 0);  // U + extra <= live entries <= ucap
