@@ -23,6 +23,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,bias16w12,setupunroll2 --ids 16,17,18  # the former set-up forms (lane 0's slice at r1w12; one word a turn)
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,accinit,accinitsm --ids 20,16,17,18  # the bias's correction as the accumulator's start
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,descsalt --ids 20,16,17,18  # the wgmma descriptors held in uniform registers
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,viadd --ids 20,16,17,18  # no bias slice: the relu takes the bias back (VIADDMNMX)
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
@@ -887,6 +888,48 @@ EDITS["accinitsm"] = _accinit(
     "#pragma unroll\n    for (int i = 0; i < S::NT; ++i) {\n"
     "      const int4 v = *reinterpret_cast<const int4*>(&sm.qbias[((ch * S::NT + i) * 4 + t) * 4]);\n"
     "      ac[4 * i] = v.x;\n      ac[4 * i + 1] = v.y;\n      ac[4 * i + 2] = v.z;\n      ac[4 * i + 3] = v.w;\n    }\n")
+
+# The bias slice gone: the four k-slices alone (the first starts the accumulator), which then
+# holds the dot product plus kI8KeyBias * the column's operand sum; the relu takes the sum back
+# in one instruction, VIADDMNMX max(acc + nb, 0) with nb = -kI8KeyBias * qsum (sm_90's DPX
+# add-then-max), whose result read as a float is relu(I) * 2^-149 as the max form's (RELU_ALU)
+# is: every kernel takes that form's weight scaling. nb beside the weights: in registers where
+# they are (breg), else read from shared memory with them at each unit. Exact: the same relu(I)
+# and the same products and sums (the multiply form's kernels change only by a power of two).
+_RELU_FMA = "          part[lr][kk][e] = fmaf(relu_cell(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);\n"
+_UW_REGS = ("        wv[i][0] = wreg[(ch * S::NT + i) * 2];\n"
+            "        wv[i][1] = wreg[(ch * S::NT + i) * 2 + 1];\n")
+_UW_SMEM = ("        const float2 w2 = *reinterpret_cast<const float2*>(&sm.wfast[ch * S::NC + 8 * i + 2 * t]);\n")
+EDITS["viadd"] = [
+    (_WFAST, _WFAST + "  int qbias[S::N];                    // fast path: -kI8KeyBias * the column's operand sum (the relu's nb)\n"),
+    (_BIAS_COLUMN, "        if ((idx & 15) == 0) sm.qbias[n] = -int(kI8KeyBias) * qsum;\n"),
+    ("  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n",
+     "  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n  int breg[S::W_IN_REGS ? S::N / 4 : 1];\n  int nbv[S::NT][2];  // the unit's nb (unit_weights)\n"),
+    ("          for (int e = 0; e < 2; ++e) wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];\n",
+     "          for (int e = 0; e < 2; ++e) {\n"
+     "            wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];\n"
+     "            breg[(ch * S::NT + i) * 2 + e] = sm.qbias[ch * S::NC + 8 * i + 2 * t + e];\n"
+     "          }\n"),
+    ("  OPUS_DEV void unit_weights(int ch, float (&wv)[S::NT][2]) const {\n", "  OPUS_DEV void unit_weights(int ch, float (&wv)[S::NT][2]) {\n"),
+    (_UW_REGS, _UW_REGS + "        nbv[i][0] = breg[(ch * S::NT + i) * 2];\n        nbv[i][1] = breg[(ch * S::NT + i) * 2 + 1];\n"),
+    (_UW_SMEM, _UW_SMEM + "        const int2 b2 = *reinterpret_cast<const int2*>(&sm.qbias[ch * S::NC + 8 * i + 2 * t]);\n"
+                          "        nbv[i][0] = b2.x;\n        nbv[i][1] = b2.y;\n"),
+    (_RELU_FMA, "          part[lr][kk][e] = fmaf(__int_as_float(__viaddmax_s32(ac[4 * i + 2 * kk + e], nbv[i][e], 0)), wv[i][e], part[lr][kk][e]);\n"),
+    ("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = true;\n"),
+    (_MMA_FAST + _BIAS_START + "#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), true);\n",
+     _MMA_FAST + "    WgmmaI8<NC, true>::start(acc, a[0], b_desc(0, ch));\n#pragma unroll\n"
+     "    for (int j = 1; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), true);\n"),
+]
+
+# viaddsm: nb always read from shared memory at each unit (no registers held across the stage:
+# viadd's 16 or 32 more registers spill at r1w16 and r2w12).
+EDITS["viaddsm"] = [e for e in EDITS["viadd"] if "breg[(ch * S::NT + i) * 2 + e]" not in e[1] and "int breg[" not in e[1]
+                    and e[0] != _UW_REGS]
+EDITS["viaddsm"] += [
+    ("  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n", "  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n  int nbv[S::NT][2];  // the unit's nb (unit_weights)\n"),
+    (_UW_REGS, _UW_REGS + "        const int2 b2 = *reinterpret_cast<const int2*>(&sm.qbias[ch * S::NC + 8 * i + 2 * t]);\n"
+                          "        nbv[i][0] = b2.x;\n        nbv[i][1] = b2.y;\n"),
+]
 
 # The fast chunk's ten wgmma descriptors out of uniform registers held across the stage: ptxas
 # rematerializes each constant descriptor as two UMOV right before its IGMMA (78 of the ~900

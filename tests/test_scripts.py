@@ -2,7 +2,7 @@
 
 Every scripts/i8_ablations.py variant's text edits still apply to the i8 body (a stale edit
 would stop the script in the middle of a session, after the device time is booked), and the
-torch-free CUDA tools -- scripts/wgmma_overlap.cu and scripts/opus_harness.cu over a trimmed
+torch-free CUDA tools -- scripts/wgmma_overlap.cu, scripts/relu_rates.cu and scripts/opus_harness.cu over a trimmed
 kernel tree -- build for sm_90a without a wgmma that ptxas serialized (a serialized case would
 time the serialization). nvcc only: nothing here runs a GPU.
 """
@@ -76,6 +76,29 @@ def test_wgmma_overlap_builds_unserialized(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     serialized = [line for line in res.stderr.splitlines() if "are serialized" in line]
     assert not serialized, "\n".join(serialized)
+
+
+def _cuobjdump() -> str | None:
+    """cuobjdump from PATH, else the copy triton's wheel carries."""
+    found = shutil.which("cuobjdump")
+    if found is None and importlib.util.find_spec("triton") is not None:
+        path = Path(importlib.util.find_spec("triton").origin).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        found = str(path) if path.exists() else None
+    return found
+
+
+@needs_nvcc
+def test_relu_rates_builds_with_each_kind(tmp_path):
+    exe = tmp_path / "relu_rates"
+    res = subprocess.run([NVCC, "-O3", "-gencode=arch=compute_90a,code=sm_90a", str(ABL.ROOT / "scripts" / "relu_rates.cu"),
+                          "-o", str(exe)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    cuobjdump = _cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("no cuobjdump to read the SASS (neither on PATH nor in triton's wheel)")
+    sass = subprocess.run([cuobjdump, "-sass", str(exe)], capture_output=True, text=True).stdout
+    for op in ("FMNMX", "VIADDMNMX", "FFMA", "FMUL.SAT"):  # each kind's 8 chains x 5 unrolled copies
+        assert len(re.findall(rf"\s{re.escape(op)}\s", sass)) >= 8, op
 
 
 def test_summarize_tables_medians_and_changes():
