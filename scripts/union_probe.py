@@ -30,6 +30,7 @@ import statistics
 
 import torch
 
+from mqa_logits_mxfp4.backends.opus.instances import INSTANCES as OPUS_INSTANCES, UNION_FAMILY
 from mqa_logits_mxfp4.problems import Problem
 from mqa_logits_mxfp4.tuning import timing
 from mqa_logits_mxfp4.tuning.suites import get_suite
@@ -38,7 +39,9 @@ from mqa_logits_mxfp4.dispatch.config_cache import mqa_logits_mxfp4_config
 
 DEFAULT_SHAPES = ",".join(f"candidate decode mtp{m} bs{b} keys16K" for m in (4, 8) for b in (8, 64, 256))
 INSTANCES = ("sm90_i8_r1w16", "sm90_i8_r2w12", "sm90_i8_r4w12", "sm90_i8_r8w12")
-UNION_INSTANCES = ("sm90_i8u_r2w12", "sm90_i8u_r4w12", "sm90_i8u_r8w12")  # --kernel
+# --kernel: the registry's union instances, fewest rows first
+UNION_INSTANCES = tuple(i.name for i in sorted((i for i in OPUS_INSTANCES if i.family == UNION_FAMILY),
+                                               key=lambda i: i.rows))
 ONE_ROW_REFERENCE = ("sm90_i8_r1w16", "free")  # where the table picks a union instance
 
 
@@ -127,8 +130,9 @@ def shape_and_pick(suite, name: str, dev):
 
 def kernel(a, dev, suite) -> None:
     """The union body (i8u, Free mode) beside the one-row pick, each checked on its own output."""
-    print("| shape | one-row pick | us | i8u r2w12 | i8u r4w12 | i8u r8w12 | best vs pick | checks |")
-    print("|---|---|---|---|---|---|---|---|")
+    union_cols = " | ".join(n.removeprefix("sm90_").replace("_", " ") for n in UNION_INSTANCES)
+    print(f"| shape | one-row pick | us | {union_cols} | best vs pick | checks |")
+    print("|---" * (len(UNION_INSTANCES) + 5) + "|")
     for name in a.shapes.split(","):
         shape, p, key, pick = shape_and_pick(suite, name, dev)
         check = ReferenceCheck(p, shape.max_seq_len)

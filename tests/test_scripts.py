@@ -19,16 +19,21 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))
+from opus_compile_check import find_cuobjdump  # noqa: E402
 
-def _ablations():
-    path = Path(__file__).resolve().parents[1] / "scripts" / "i8_ablations.py"
-    spec = importlib.util.spec_from_file_location("i8_ablations", path)
+
+def _script(name: str):
+    """scripts/<name>.py as a module (registered first: a dataclass looks its module up while it is built)."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, mod)
     spec.loader.exec_module(mod)
     return mod
 
 
-ABL = _ablations()  # its ROOT, CSRC and NVCC command are the ones these tests use
+ABL = _script("i8_ablations")  # its ROOT, CSRC and NVCC command are the ones these tests use
 CSRC = ABL.CSRC
 IDS = [20, 31]  # the registry ids the ablations trim to (r1w16, r2w16)
 NVCC = shutil.which(ABL.NVCC[0])  # the scripts call nvcc from PATH
@@ -78,22 +83,13 @@ def test_wgmma_overlap_builds_unserialized(tmp_path):
     assert not serialized, "\n".join(serialized)
 
 
-def _cuobjdump() -> str | None:
-    """cuobjdump from PATH, else the copy triton's wheel carries."""
-    found = shutil.which("cuobjdump")
-    if found is None and importlib.util.find_spec("triton") is not None:
-        path = Path(importlib.util.find_spec("triton").origin).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-        found = str(path) if path.exists() else None
-    return found
-
-
 @needs_nvcc
 def test_relu_rates_builds_with_each_kind(tmp_path):
     exe = tmp_path / "relu_rates"
     res = subprocess.run([NVCC, "-O3", "-gencode=arch=compute_90a,code=sm_90a", str(ABL.ROOT / "scripts" / "relu_rates.cu"),
                           "-o", str(exe)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
-    cuobjdump = _cuobjdump()
+    cuobjdump = find_cuobjdump()
     if cuobjdump is None:
         pytest.skip("no cuobjdump to read the SASS (neither on PATH nor in triton's wheel)")
     sass = subprocess.run([cuobjdump, "-sass", str(exe)], capture_output=True, text=True).stdout
@@ -115,15 +111,6 @@ def test_summarize_tables_medians_and_changes():
     assert len(table) == 3
 
 
-def _ncu_sass():
-    path = Path(__file__).resolve().parents[1] / "scripts" / "ncu_sass.py"
-    spec = importlib.util.spec_from_file_location("ncu_sass", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("ncu_sass", mod)  # its dataclass looks its module up while it is built
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_ncu_sass_sums_segments_loops_and_lines(tmp_path):
     # a source page as ncu exports it: a title row, the header, absolute addresses, branch targets
     # as addresses; a loop of three lines at 0x10-0x30 and a barrier at 0x40
@@ -139,7 +126,7 @@ def test_ncu_sass_sums_segments_loops_and_lines(tmp_path):
     path = tmp_path / "sass.csv"
     with path.open("w", newline="") as f:
         csv.writer(f).writerows(rows)
-    mod = _ncu_sass()
+    mod = _script("ncu_sass")
     kernel, first, lines = mod.read(path)
     assert (kernel, first, [x.offset for x in lines]) == ("k(Args)", base, [0, 0x10, 0x20, 0x30, 0x40, 0x50])
     assert lines[2].reasons == {"short_sb": 55.0, "wait": 5.0}  # the "(Not Issued)" columns are not reasons

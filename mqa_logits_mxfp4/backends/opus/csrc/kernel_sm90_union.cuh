@@ -69,23 +69,8 @@ OPUS_DEV int union_scan(int v, int* warp_sum, int* total) {
   return incl - v + ((tid >> 5) > 0 ? warp_sum[(tid >> 5) - 1] : 0);
 }
 
-// Entry e of a sequence (row-major: row r0 + e / W, list index e % W): its row, list index, staged
-// word, and whether the row's window reaches it -- from the staged slice (`ent`: the table's
-// entry until pass 1, its hash slot until pass 3, then its union index; `live`: a bit an entry).
-struct UnionEntry {
-  int row, j;
-  int32_t entry;  // ent[e]
-  bool live;
-};
-OPUS_DEV UnionEntry union_entry(const int32_t* ent, const uint32_t* live, int r0, const FastDiv& W, int e) {
-  UnionEntry x;
-  const int rl = fast_div(e, W);
-  x.row = r0 + rl;
-  x.j = e - rl * W.divisor;
-  x.live = live[e >> 5] >> (e & 31) & 1u;
-  x.entry = ent[e];
-  return x;
-}
+// Whether entry e's row window reaches it (the staged liveness: a bit an entry).
+OPUS_DEV bool union_live(const uint32_t* live, int e) { return live[e >> 5] >> (e & 31) & 1u; }
 
 // The union is numbered in the order of the entries' first listings (row-major), a repeated
 // listing by one row after every first one in the same order: the same union, in the same order,
@@ -103,6 +88,8 @@ __global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchA
   // the sequence's entries, row-major; at most ucap (a caller-contract violation may list more
   // rows: those past it are dropped)
   const int n_entries = (int)imin((long long)(r1 - r0) * W, ucap);
+  // entry e (row-major: row r0 + e / W, list index e % W) staged: ent[e] the table's entry until
+  // pass 1, its hash slot until pass 3, then its union index; live: a bit an entry
   int32_t* ent = reinterpret_cast<int32_t*>(slot + slots);
   uint32_t* live = reinterpret_cast<uint32_t*>(ent + ucap);
   for (int i = tid; i < slots; i += kUnionThreads) slot[i] = 0ull;
@@ -141,7 +128,7 @@ __global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchA
   // smallest e: the same high word, so the 64-bit minimum is the low word's); from here a live
   // entry's staged word is its slot
   for (int e = tid; e < n_entries; e += kUnionThreads) {
-    if (!(live[e >> 5] >> (e & 31) & 1u)) continue;
+    if (!union_live(live, e)) continue;
     const int32_t entry = ent[e];
     const unsigned long long mine = (unsigned long long)uint32_t(entry) << 32 | kUnionTaken | uint32_t(e);
     uint32_t i = union_home(entry, slots);
@@ -168,7 +155,7 @@ __global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchA
   const uint32_t below = (1u << lane) - 1u;
   const int run = (n_entries + kWarps * 32 - 1) / (kWarps * 32) * 32, steps = run / 32;
   const int wbase = warp * run + lane;  // this lane's entry at step 0
-  auto step_live = [&](int k) { const int e = wbase + 32 * k; return e < n_entries && (live[e >> 5] >> lane & 1u); };
+  auto step_live = [&](int k) { const int e = wbase + 32 * k; return e < n_entries && (live[e >> 5] >> lane & 1u); };  // e % 32 == lane
 
   // pass 2: the first listings (the slot's smallest e is this one's)
   uint32_t firsts = 0u;  // lane k: step k's ballot
@@ -198,7 +185,7 @@ __global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchA
 
   // pass 3: each live entry's union index into its staged word; from here the hash is free
   for (int e = tid; e < n_entries; e += kUnionThreads)
-    if (live[e >> 5] >> (e & 31) & 1u) ent[e] = int(uint32_t(slot[ent[e]]) & 0x7FFFFFFFu) - 1;
+    if (union_live(live, e)) ent[e] = int(uint32_t(slot[ent[e]]) & 0x7FFFFFFFu) - 1;
   __syncthreads();
 
   // upos, a tile of rows at a time in the hash's shared memory: tile[(r - ra) x U + u] is row r's
@@ -217,7 +204,7 @@ __global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchA
     for (int i = tid; i < cells; i += kUnionThreads) tile[i] = 0xFFFFFFFFu;
     __syncthreads();
     for (int e = lo + tid; e < hi; e += kUnionThreads) {
-      if (!(live[e >> 5] >> (e & 31) & 1u)) continue;
+      if (!union_live(live, e)) continue;
       const int rl = fast_div(e, wdiv);
       atomicMin(&tile[(rl - ra) * U + ent[e]], uint32_t(e - rl * W));
     }
@@ -225,7 +212,7 @@ __global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchA
     for (int base = lo & ~31; base < hi; base += kUnionThreads) {  // a warp's lanes: one aligned word
       const int e = base + tid;
       bool later = false;
-      if (e >= lo && e < hi && (live[e >> 5] >> (e & 31) & 1u)) {
+      if (e >= lo && e < hi && union_live(live, e)) {
         const int rl = fast_div(e, wdiv);
         later = tile[(rl - ra) * U + ent[e]] != uint32_t(e - rl * W);
       }
