@@ -25,6 +25,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,descsalt --ids 20,16,17,18  # the wgmma descriptors held in uniform registers
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,viadd --ids 20,16,17,18  # no bias slice: the relu takes the bias back (VIADDMNMX)
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,canontree --ids 20,16,17,18  # the head sum in the canonical tree's order
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,canonquad --ids 43,44,45,16,17  # the canonical body's quad as a reduce-scatter
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
@@ -970,6 +971,48 @@ EDITS["canontree"] = [
      "    }\n"),
 ]
 
+# canonquad (the canonical i8 body, ids 43-46): the quad's levels of its head sum as a
+# reduce-scatter instead of four all-reduces -- level 4 (lanes t, t ^ 2) keeps e = (t >> 1) & 1 of
+# each key, level 2 (t, t ^ 1) keeps key t & 1, level 1 (e = 0 and 1: lanes t, t ^ 2) leaves every
+# lane its own key's sum, which store_row takes without its shuffles: 4 shuffles and 4 adds a row
+# where there were 10 and 12. Each add takes the same two operands as before (fp adds commute),
+# so the bits are the canonical ones still; the harness checks the tolerance only.
+_CANON_QUAD_OLD = (
+    "            float u = fadd_rn(v[0], warp_xor(v[0], 2));  // level 4: lanes t, t + 2 (the adds commute:\n"
+    "            z[e] = fadd_rn(u, warp_xor(u, 1));           // every lane the same bits); level 2: t, t + 1\n"
+    "          }\n"
+    "          // level 1: columns 2t, 2t + 1. Every lane now holds key kk's canonical sum; store_row's\n"
+    "          // quad reduction adds -0 to it twice (x + -0 = x, for +-0 too) when only lane t = kk holds\n"
+    "          // it and the others -0\n"
+    "          rs[r][kk] = (t & 2) == 0 && kk == (t & 1) ? fadd_rn(z[0], z[1]) : -0.0f;\n"
+    "        }\n"
+    "      return;\n")
+EDITS["canonquad"] = [
+    ("#pragma unroll\n        for (int kk = 0; kk < 2; ++kk) {\n          float z[2];\n#pragma unroll\n          for (int e = 0; e < 2; ++e) {\n"
+     "            float v[NTR / 2];\n",
+     "      {\n        float th[2][2];  // [kk][e]: the thread's part of the tree\n#pragma unroll\n"
+     "        for (int kk = 0; kk < 2; ++kk)\n#pragma unroll\n          for (int e = 0; e < 2; ++e) {\n"
+     "            float v[NTR / 2];\n"),
+    (_CANON_QUAD_OLD,
+     "            th[kk][e] = v[0];\n"
+     "          }\n"
+     "        const int me = (t >> 1) & 1, mk = t & 1;\n"
+     "        float b[2];\n"
+     "#pragma unroll\n"
+     "        for (int kk = 0; kk < 2; ++kk)  // level 4: lanes t, t ^ 2, this lane keeping e = me\n"
+     "          b[kk] = fadd_rn(me ? th[kk][1] : th[kk][0], warp_xor(me ? th[kk][0] : th[kk][1], 2));\n"
+     "        const float c2 = fadd_rn(mk ? b[1] : b[0], warp_xor(mk ? b[0] : b[1], 1));  // level 2: key mk\n"
+     "        rs[r][0] = rs[r][1] = fadd_rn(c2, warp_xor(c2, 2));  // level 1: e = 0 and 1; key t & 1's sum\n"
+     "      }\n"
+     "      return;\n"),
+    ("    float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n    v = fadd_rn(v, warp_xor(v, 2));\n",
+     "    float v = rs[0];\n"
+     "    if constexpr (!CANON) {\n"
+     "      v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n"
+     "      v = fadd_rn(v, warp_xor(v, 2));\n"
+     "    }\n"),
+]
+
 # The fast chunk's ten wgmma descriptors out of uniform registers held across the stage: ptxas
 # rematerializes each constant descriptor as two UMOV right before its IGMMA (78 of the ~900
 # instructions between r2w12's first and last fast-stage IGMMA, each IGMMA waiting on its pair); a descriptor offset by a launch value
@@ -1003,7 +1046,8 @@ COMBOS = {"descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfir
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
           17: ["2 64 32768", "2 16 32768"], 33: ["2 64 32768", "2 16 32768"],
-          32: ["1 64 65536", "1 64 32768"], 16: ["1 64 65536", "1 1 65536"], 18: ["4 64 32768"]}
+          32: ["1 64 65536", "1 64 32768"], 16: ["1 64 65536", "1 1 65536"], 18: ["4 64 32768"],
+          43: ["1 64 65536", "1 1 65536"], 44: ["2 64 32768", "2 16 32768"], 45: ["4 64 32768"]}
 
 
 def trimmed_registry(text: str, ids: list[int]) -> str:

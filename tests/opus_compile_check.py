@@ -118,8 +118,8 @@ def rocm_tree(clang: str, where: Path) -> Path:
 
 _SM90_ARGS = re.compile(r"mqa_logits_sm90ILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
 # rows, heads, consumer warpgroups, split (the w20 body: a converter warpgroup beside each consumer),
-# union (the i8u body: the union of a sequence's row tables)
-_SM90_I8_ARGS = re.compile(r"mqa_logits_sm90_i8ILi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELb([01])E")
+# union (the i8u body: the union of a sequence's row tables), canon (the i8c body: the canonical head sum)
+_SM90_I8_ARGS = re.compile(r"mqa_logits_sm90_i8ILi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELb([01])ELb([01])E")
 _GFX_ARGS = re.compile(r"mqa_logits_gfx9\d\dILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")  # family, rows, heads, waves, ctas
 GFX_FAMILY = {"gfx942": {0: "f16", 1: "fp8", 2: "fp8fold"}, "gfx950": {0: "mxf4", 1: "mxsc"}}  # the FAMILY template argument
 # The MFMA each gfx body is written for (tests/test_opus_build.py asserts its count).
@@ -150,8 +150,8 @@ def compile_sm90(work: Path) -> dict:
             fam, rows, heads, warps, ctas = (int(x) for x in a.groups())
             family = FAMILY_CODE[fam]
         else:  # the wgmma body: one producer warpgroup and CONS consumer warpgroups (+ CONS converters), one CTA an SM
-            rows, heads, cons, split, union = (int(x) for x in i8.groups())
-            family, warps, ctas = "i8u" if union else "i8", 4 * (1 + cons * (1 + split)), 1
+            rows, heads, cons, split, union, canon = (int(x) for x in i8.groups())
+            family, warps, ctas = "i8u" if union else "i8c" if canon else "i8", 4 * (1 + cons * (1 + split)), 1
         kernels[m.group(1)] = dict(family=family, rows=rows, heads=heads, warps=warps, ctas=ctas,
                                    registers=int(m.group(5)), stack=int(m.group(2)), spill_stores=int(m.group(3)),
                                    spill_loads=int(m.group(4)))

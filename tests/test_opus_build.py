@@ -93,7 +93,7 @@ def test_instances_are_registered_and_validated_only_where_they_ran():
         # the union body's windows come from its pre-pass: Free mode only (registry.h OPUS_UNION_MODES)
         assert inst.modes == (("free",) if inst.family == "i8u" else ("table", "free", "prefill"))
         assert inst.block_n == 64
-        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|fp8fold|fold|mxf4|mxsc|i8|i8u)_r\d+w\d+", inst.name)
+        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|fp8fold|fold|mxf4|mxsc|i8|i8u|i8c)_r\d+w\d+", inst.name)
         assert inst.name == f"{inst.arches[0].replace('_', '')}_{inst.family}_r{inst.rows}w{inst.warps}"
         assert all(inst.rows * h <= 256 for h in inst.heads)
         if inst.arches == ("gfx942",):   # 256 B of FP16 query operand a (row, head) in 64 KB of LDS
@@ -137,18 +137,20 @@ def test_default_rule_per_arch():
     names = [i.name for i, _ in decode]
     assert names.index("sm90_i8_r2w16") < names.index("sm90_i8_r2w12")  # w16 first at equal rows
     assert names.index("sm90_fp8_r1w4") < names.index("sm90_fold_r2w4")  # then the mma.sync bodies as before
-    assert [i.family for i, _ in decode[:7]] == ["i8"] * 6 + ["fp8"]  # r8 holds <= 32 heads
+    # r8 holds <= 32 heads; the canonical i8 body (i8c) after i8, before the mma.sync bodies
+    assert [i.family for i, _ in decode[:10]] == ["i8"] * 6 + ["i8c"] * 3 + ["fp8"]
     one_row = [n for n in names if n.startswith("sm90_i8_r1")]
     assert one_row == ["sm90_i8_r1w16", "sm90_i8_r1w12", "sm90_i8_r1w20"]  # the split body last (slower so far)
     prefill = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, pages_per_block=32, max_qlen=4096, max_rows=4096))
     assert prefill[0] == (next(i for i in INSTANCES if i.name == "sm90_i8_r8w12"), "prefill")  # widest first
-    assert [i.family for i, _ in prefill][:8] == ["i8"] * 5 + ["fold"] * 3  # r2w16 holds no 32 heads
+    assert [i.family for i, _ in prefill][:12] == ["i8"] * 5 + ["i8c"] * 4 + ["fold"] * 3  # r2w16 holds no 32 heads
     gather = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, gather=True, max_qlen=4))
     # gather: the one-row bodies first; the union body (any rows, Free mode) after i8's, as only a
     # tuned table knows how much a batch's row lists overlap
     assert {i.rows for i, _ in gather if i.family != "i8u"} == {1}
     fams = [i.family for i, _ in gather]
     assert fams.index("i8u") == fams.count("i8") and {m for i, m in gather if i.family == "i8u"} == {"free"}
+    assert fams.index("i8c") == fams.count("i8") + fams.count("i8u")  # one-row, as i8 in gather mode
     assert [i.name for i, _ in gather if i.family == "i8u"] == ["sm90_i8u_r4w12", "sm90_i8u_r8w12", "sm90_i8u_r2w12"]
     gfx950 = [i.name for i, _ in BACKEND.ranked_picks(sm90_key(arch="gfx950"))]
     # the scaled MFMA over the whole head_dim first (fewest rows holding the group), then mxf4
@@ -549,7 +551,7 @@ def test_sm90_kernels_compile_without_spills_on_their_mma():
     for k in kernels:
         what = f"{k['family']} r{k['rows']} H{k['heads']} w{k['warps']}"
         assert k["registers"] * k["warps"] * 32 * k["ctas"] <= 65536, f"{what}: launch bounds not met"
-        if k["family"] in ("i8", "i8u"):
+        if k["family"] in ("i8", "i8u", "i8c"):
             check_i8_kernel(k, what)
             continue
         # fold r1 H64 keeps a few words of per-piece state in local memory at the 4-CTA budget;

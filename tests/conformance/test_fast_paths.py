@@ -8,6 +8,8 @@ Narrow data: a key's or head's four block scales within 2 of each other (make_pr
 binades; Gaussian data: quantize_mxfp4 of normal vectors with log-normal magnitudes.
 """
 
+import re
+
 import pytest
 import torch
 
@@ -89,7 +91,7 @@ def test_nan_inf_cells_among_narrow_scales(pair, mode, device):
         assert not torch.isfinite(rows).all(), f"{source}: no NaN/Inf cell in its sequence"
 
 
-I8 = [p for p in CANDIDATES if p.values[0][0] == "opus" and "_i8_" in p.values[0][1]]
+I8 = [p for p in CANDIDATES if p.values[0][0] == "opus" and re.search(r"_i8c?_", p.values[0][1])]
 
 
 def i8_stages(prob, cfg, inst, mode: str) -> int:
@@ -147,6 +149,40 @@ def test_i8_paths_taken(data, pair, mode):
         assert fast == 0 and canonical > 0, (fast, canonical)
     else:
         assert fast > 0 and canonical >= 1, (fast, canonical)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("pair", [p for p in I8 if "_i8c_" in p.values[0][1]])
+@pytest.mark.parametrize("data", ["narrow", "mixed"])
+def test_i8c_fast_tiles_carry_the_canonical_bits(data, pair, mode):
+    """The canonical i8 body (family i8c: the i8 fast path with docs/numerics.md's head-sum tree)
+    takes its fast path on narrow data and gives the bits of a canonical mma.sync instance there,
+    and on mixed data (both paths) as well."""
+    if not torch.cuda.is_available() or registry.get("opus").available() is not None:
+        pytest.skip("the opus backend on a GPU")
+    prob = build("v4_decode", "cuda", seed=59, **NARROW)
+    if data == "mixed":
+        prob = plant_wide(prob)
+    cfg = config(prob, pair, mode)
+    backend, inst = instance_of(pair)
+    assert inst.canonical
+    out = torch.full((prob.rows + 1, cfg.max_seq_len + 3), -7777.0, device="cuda")
+    records = None
+    if mode == "table":
+        records = cfg.schedule_buffers()
+        backend.build_schedule(cfg, prob.query_start_loc, prob.row_ends, records)
+    fast, canonical = launch_counted(backend, prob, cfg, mode, out, records)
+    assert fast > 0 and (canonical == 0) == (data == "narrow"), (fast, canonical)
+    peer = ("opus", "sm90_fp8_r1w4")  # canonical, one row: every geometry's rows
+    want = run(prob, config(prob, peer, "free"), "free")
+    width = min(out.shape[1], want.shape[1])
+    a, b = out[: prob.rows, :width], want[: prob.rows, :width]
+    assert torch.equal(a.isnan(), b.isnan()), f"{pair[1]}/{mode}: NaN cells differ from {peer[1]}'s"
+    zero = torch.zeros((), device="cuda")
+    assert torch.equal(torch.where(a.isnan(), zero, a), torch.where(b.isnan(), zero, b)), \
+        f"{pair[1]}/{mode} differs from {peer[1]}"
+    assert compare_to_reference(out, reference(prob, cfg)) == []
 
 
 def spread_weights(prob, binades: tuple[int, int], seed: int):

@@ -62,6 +62,10 @@ namespace sm90 {
 constexpr int kI8KeySpread = 2;    // the biased key bytes (i8_encode.h) hold shifts 0..2
 constexpr int kI8QuerySpread = 3;  // the signed query bytes hold shifts 0..3
 constexpr int kI8Lo = 8, kI8Hi = 240;
+// CANON (the canonical i8 body, family i8c): every canonical block term exact (qmin + kmin >= 107,
+// kept as qmin >= kI8CanonQLo and kmin >= kI8CanonKLo) and every canonical weighted term normal
+// (kmin >= 3 - the group's smallest exponent of |w'|): docs/numerics.md, "Integer tiles".
+constexpr int kI8CanonQLo = 54, kI8CanonKLo = 53;
 constexpr int kI8PairHi = 368;
 constexpr int kI8WeightKey = 225;
 constexpr int kI8WExpLo = -100, kI8WExpHi = 92;
@@ -278,10 +282,11 @@ OPUS_DEV int stage_start(int t) { return (t & ~(MB - 1)) * kBlockN; }
 OPUS_DEV int byte_of(uint32_t w, int i) { return int(w >> (8 * i) & 0xFFu); }
 // The fast stage rule for key n with smallest and largest scale bytes kmin, kmax: a key outside
 // the group's keys [vbeg, vend) takes no part (vbeg <= vend); the others need their bytes within
-// kI8KeySpread of each other and inside [kI8Lo, khi]. & and |, not && and ||: no branches.
-OPUS_DEV bool i8_key_fast(int kmin, int kmax, int n, int vbeg, int vend, int khi) {
+// kI8KeySpread of each other and inside [klo, khi] (klo: kI8Lo, or the canonical body's bound).
+// & and |, not && and ||: no branches.
+OPUS_DEV bool i8_key_fast(int kmin, int kmax, int n, int vbeg, int vend, int khi, int klo = kI8Lo) {
   const bool outside = uint32_t(n - vbeg) >= uint32_t(vend - vbeg);
-  return outside | ((kmax - kmin <= kI8KeySpread) & (kmin >= kI8Lo) & (kmax <= khi));
+  return outside | ((kmax - kmin <= kI8KeySpread) & (kmin >= klo) & (kmax <= khi));
 }
 // A fast key's four block offsets from its smallest scale byte kmin, one byte each (no borrows:
 // every byte >= kmin), and its factor 2^(kmin - 129) (applied after the head sum).
@@ -421,9 +426,11 @@ struct I8Producer {
 // wait there before the setup overwrites it), and all meet at kBarGroupReady once it is set up.
 constexpr int kBarGroupDone = 6, kBarGroupReady = 7;
 
-template <int R, int H, int CONS, bool NARROW, bool SPLIT = false, bool UNION = false>
+template <int R, int H, int CONS, bool NARROW, bool SPLIT = false, bool UNION = false, bool CANON = false>
 struct I8Consumer {
   static_assert(!(UNION && SPLIT), "the union body is the fused body's");
+  static_assert(!CANON || (H <= I8Shape<R, H, CONS, SPLIT>::NC && !SPLIT && !UNION),
+                "the canonical head tree runs inside one chunk of the fused body");
   using S = I8Shape<R, H, CONS, SPLIT>;
   using Sm = I8Smem<R, H, CONS, SPLIT, UNION>;
   using Stage = I8Stage<S::KEYS>;
@@ -520,7 +527,7 @@ struct I8Consumer {
       const int qmin = min4(qs), qmax = max4(qs);
       const float wf = live ? wv * __uint_as_float(uint32_t(imax(qmin, 1)) << 23) : 0.0f;  // w * 2^(qmin - 127)
       const int wexp = int(__float_as_uint(wf) >> 23 & 0xFFu) - 127;
-      const bool col_ok = !live || (qmax - qmin <= kI8QuerySpread && qmin >= kI8Lo && qmax <= kI8Hi && isfinite(wv) &&
+      const bool col_ok = !live || (qmax - qmin <= kI8QuerySpread && qmin >= (CANON ? kI8CanonQLo : kI8Lo) && qmax <= kI8Hi && isfinite(wv) &&
                                     (wf == 0.0f || (wexp >= kI8WExpLo && wexp <= kI8WExpHi)));
       ok = ok && col_ok;
       if (live) {
@@ -692,7 +699,13 @@ struct I8Consumer {
     const bool fast = cols_fast && wexp_g - wlo_g <= kI8WeightSpread;  // uniform
     khi = fast ? imin(kI8Hi, imin(kI8PairHi - qmax_g, kI8WeightKey - wexp_g)) : 0;
     if (fast) scale_weights(wexp_g);
-    if (wr == 0) sm.keys[c].khi = khi;  // read back each stage (the last barrier below orders it)
+    if constexpr (CANON) {  // the canonical terms' lower key bound, in bits 16.. of the stage's word
+      const int klo = imax(kI8CanonKLo, 3 - wlo_g);
+      if (klo > khi) khi = 0;
+      if (wr == 0) sm.keys[c].khi = khi > 0 ? khi | klo << 16 : 0;
+    } else if (wr == 0) {
+      sm.keys[c].khi = khi;  // read back each stage (the last barrier below orders it)
+    }
     if (ROLL_SETUP && args.mode != kModePrefill)
       setup_operand<ROLL_SETUP>(fast, words);
     else
@@ -854,6 +867,35 @@ struct I8Consumer {
   // relu of the exact dot, times w', summed over the thread's heads of the chunk's rows: two
   // FMA chains a key (even and odd heads), joined at the end.
   OPUS_DEV void unit_sums(const int32_t (&ac)[S::ACC], const float (&wv)[S::NT][2], float (&rs)[RPC][2]) const {
+    if constexpr (CANON) {  // docs/numerics.md's halving tree: levels over i in the thread, then the quad, then e
+      constexpr int NTR = H / 8;  // a row's 8-column groups (H <= NC): columns 8i + 2t + e
+#pragma unroll
+      for (int r = 0; r < RPC; ++r)
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          float z[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float v[NTR / 2];
+#pragma unroll
+            for (int i = 0; i < NTR / 2; ++i) {  // level 1: fma(x_j, w_j, x_(j + H/2) * w_(j + H/2))
+              const int a = r * NTR + i, b = a + NTR / 2;
+              v[i] = fmaf(relu_cell(ac[4 * a + 2 * kk + e]), wv[a][e], fmul_rn(relu_cell(ac[4 * b + 2 * kk + e]), wv[b][e]));
+            }
+#pragma unroll
+            for (int m = NTR / 4; m >= 1; m >>= 1)  // levels H/4 .. 8: v[j] + v[j + m]
+#pragma unroll
+              for (int i = 0; i < m; ++i) v[i] = fadd_rn(v[i], v[i + m]);
+            float u = fadd_rn(v[0], warp_xor(v[0], 2));  // level 4: lanes t, t + 2 (the adds commute:
+            z[e] = fadd_rn(u, warp_xor(u, 1));           // every lane the same bits); level 2: t, t + 1
+          }
+          // level 1: columns 2t, 2t + 1. Every lane now holds key kk's canonical sum; store_row's
+          // quad reduction adds -0 to it twice (x + -0 = x, for +-0 too) when only lane t = kk holds
+          // it and the others -0
+          rs[r][kk] = (t & 2) == 0 && kk == (t & 1) ? fadd_rn(z[0], z[1]) : -0.0f;
+        }
+      return;
+    }
     float part[RPC][2][2];
 #pragma unroll
     for (int r = 0; r < RPC; ++r)
@@ -1202,12 +1244,14 @@ struct I8Consumer {
       my_scale[v] = st.scale[judged_key(v)];
       my_kmin[v] = min4(my_scale[v]);
     }
+    const int klo = CANON ? khi >> 16 : kI8Lo;  // CANON: the word holds both bounds
+    if constexpr (CANON) khi &= 0xFFFF;
     bool fast = false;
     if (khi > 0) {  // uniform: the group's verdict
       bool ok = true;
 #pragma unroll
       for (int v = 0; v < S::VK; ++v)
-        ok &= i8_key_fast(my_kmin[v], max4(my_scale[v]), n0 + judged_key(v), vbeg, vend, khi);
+        ok &= i8_key_fast(my_kmin[v], max4(my_scale[v]), n0 + judged_key(v), vbeg, vend, khi, klo);
       fast = bar_and(2 + c, 128, ok);  // the stage's one vote: all its keys in [vbeg, vend)
     }
     union_stage_keys(ring.slot);  // UNION: before this stage's stores
@@ -1375,9 +1419,9 @@ struct I8Converter {
 };
 
 // A consumer thread's pieces (ct: its index among the consumer threads).
-template <int R, int H, int CONS, bool NARROW, bool SPLIT, bool UNION = false>
+template <int R, int H, int CONS, bool NARROW, bool SPLIT, bool UNION = false, bool CANON = false>
 OPUS_DEV void i8_consume(const LaunchArgs& args, I8Smem<R, H, CONS, SPLIT, UNION>& sm, PieceWalk walk, int ct, int lane) {
-  I8Consumer<R, H, CONS, NARROW, SPLIT, UNION> cons{args, sm};
+  I8Consumer<R, H, CONS, NARROW, SPLIT, UNION, CANON> cons{args, sm};
   cons.c = ct / 128;
   cons.ct = ct;
   cons.warp = (ct % 128) / 32;
@@ -1391,7 +1435,7 @@ OPUS_DEV void i8_consume(const LaunchArgs& args, I8Smem<R, H, CONS, SPLIT, UNION
     if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);
 }
 
-template <int R, int H, int CONS, bool SPLIT = false, bool UNION = false>
+template <int R, int H, int CONS, bool SPLIT = false, bool UNION = false, bool CANON = false>
 __global__ void __launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1) mqa_logits_sm90_i8(const LaunchArgs args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = I8Shape<R, H, CONS, SPLIT>;
@@ -1452,9 +1496,9 @@ __global__ void __launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1) mqa_lo
     regs_grow<S::CONSUMER_REGS>();
     const int ct = tid - 128 - (SPLIT ? 128 * CONS : 0);
     if (args.out_kind == kOutF32)
-      i8_consume<R, H, CONS, false, SPLIT, UNION>(args, sm, walk, ct, lane);
+      i8_consume<R, H, CONS, false, SPLIT, UNION, CANON>(args, sm, walk, ct, lane);
     else
-      i8_consume<R, H, CONS, true, SPLIT, UNION>(args, sm, walk, ct, lane);
+      i8_consume<R, H, CONS, true, SPLIT, UNION, CANON>(args, sm, walk, ct, lane);
   }
 #else
   __trap();  // built for another arch: the launcher never routes here

@@ -64,12 +64,14 @@ thread_local opus_error_t last_error = opus_success;
 #define OPUS_FAMILY_fold sm90::kFold
 #define OPUS_FAMILY_i8 sm90::kI8
 #define OPUS_FAMILY_i8u sm90::kI8U
+#define OPUS_FAMILY_i8c sm90::kI8C
 #endif
 
 #if !OPUS_HIP
 // The sm_90 kernel of a family and its shared memory: the mma.sync bodies (kernel_sm90.cuh), or
 // the wgmma body whose warpgroup 0 produces and the others consume (kernel_sm90_i8.cuh).
-template <int FAMILY, int R, int H, int WARPS, int CTAS, bool I8 = FAMILY == sm90::kI8 || FAMILY == sm90::kI8U>
+template <int FAMILY, int R, int H, int WARPS, int CTAS,
+          bool I8 = FAMILY == sm90::kI8 || FAMILY == sm90::kI8U || FAMILY == sm90::kI8C>
 struct SmBody {
   static constexpr int smem = sm90::smem_bytes<FAMILY, R, H, WARPS>();
   static auto kernel() { return sm90::mqa_logits_sm90<FAMILY, R, H, WARPS, CTAS>; }
@@ -81,10 +83,11 @@ struct SmBody<FAMILY, R, H, WARPS, CTAS, true> {
   static_assert(WARPS % 4 == 0 && CTAS == 1, "i8: whole warpgroups, one CTA an SM");
   static constexpr bool split = WARPS == 20;
   static constexpr bool uni = FAMILY == sm90::kI8U;  // the union body (kernel_sm90_union.cuh's pre-pass first)
+  static constexpr bool canon = FAMILY == sm90::kI8C;  // the fast path's head sum in the canonical order
   static_assert(!(split && uni), "the union body is the fused i8 body's");
   static constexpr int cons = split ? 2 : WARPS / 4 - 1;
   static constexpr int smem = sm90::i8_smem_bytes<R, H, cons, split, uni>();
-  static auto kernel() { return sm90::mqa_logits_sm90_i8<R, H, cons, split, uni>; }
+  static auto kernel() { return sm90::mqa_logits_sm90_i8<R, H, cons, split, uni, canon>; }
 };
 
 // Dynamic shared memory above 48 KB is opt-in, once per kernel and device: `opted_in` is that

@@ -36,6 +36,10 @@
 //                pre-pass builds the union (kernel_sm90_union.cuh), the body scores it as one
 //                non-gather sequence whose rows share every key tile, and stores each row's
 //                logit of a key at the key's place in the row's own list. Free mode only
+//           i8c  sm90a the i8 body whose fast tiles sum a key's heads in the canonical tree's
+//                order under a rule that keeps every canonical term exact and normal: there the
+//                exact integer block sum is the canonical one, so every tile carries the
+//                canonical bits (docs/numerics.md, "Integer tiles"). Heads <= 64 (one chunk a row)
 //           mxf4 one scaled MFMA 32x32x64 a scale block on raw E2M1 operands, unit
 //                hardware scales (the E8M0 scales are applied on the VALU)
 //           mxsc gfx950 two scaled MFMAs 32x32x64 over the whole head_dim with the real E8M0
@@ -94,7 +98,12 @@
   /* i8u: the i8 body on the union of a sequence's row tables (gather mode, Free mode only) */ \
   X(40, sm90_i8u_r2w12,    sm90,   i8u,  2, 12, 64, 4, 1, 0xF)                 \
   X(41, sm90_i8u_r4w12,    sm90,   i8u,  4, 12, 64, 4, 1, 0x7)                 \
-  X(42, sm90_i8u_r8w12,    sm90,   i8u,  8, 12, 64, 4, 1, 0x3)
+  X(42, sm90_i8u_r8w12,    sm90,   i8u,  8, 12, 64, 4, 1, 0x3)                 \
+  /* i8c: the i8 body with the canonical head sum on its fast tiles (canonical: docs/numerics.md) */ \
+  X(43, sm90_i8c_r1w12,    sm90,   i8c,  1, 12, 64, 4, 1, 0x7)                 \
+  X(44, sm90_i8c_r2w12,    sm90,   i8c,  2, 12, 64, 4, 1, 0x7)                 \
+  X(45, sm90_i8c_r4w12,    sm90,   i8c,  4, 12, 64, 4, 1, 0x7)                 \
+  X(46, sm90_i8c_r8w12,    sm90,   i8c,  8, 12, 64, 4, 1, 0x3)
 
 // Keys of one stage of the i8 body (kernel_sm90_i8.cuh): the sequence's 64-key tiles 4j .. 4j + 3,
 // converted and voted on (fast or canonical path) as one, and what one count of its path_stats
