@@ -19,8 +19,8 @@ from mqa_logits_mxfp4.dispatch import registry
 from mqa_logits_mxfp4.problems import EDGE_SOURCES, make_edge_problem
 from mqa_logits_mxfp4.reference import compare_to_reference
 
-from .common import (DEVICES, MODES, POISON, assert_untouched_outside, build, candidates, config, instance_of,
-                     need_device, reference, run, run_and_check)
+from .common import (DEVICES, MODES, POISON, assert_same_bits, assert_untouched_outside, build, candidates, config,
+                     instance_of, need_device, reference, run, run_and_check)
 
 CANDIDATES = candidates()
 NARROW = dict(scales=(100, 160), block_spread=2)
@@ -107,6 +107,19 @@ def launch_counted(backend, prob, cfg, mode: str, out, records=None) -> tuple[in
     return fast, canonical
 
 
+def counted_run(prob, pair, mode: str):
+    """An i8 instance's launch in `mode` (its schedule built first in Table mode) into a poisoned
+    output: (config, instance, output, fast stages, canonical stages)."""
+    cfg = config(prob, pair, mode)
+    backend, inst = instance_of(pair)
+    out = torch.full((prob.rows + 1, cfg.max_seq_len + 3), -7777.0, device="cuda")
+    records = None
+    if mode == "table":
+        records = cfg.schedule_buffers()
+        backend.build_schedule(cfg, prob.query_start_loc, prob.row_ends, records)
+    return (cfg, inst, out, *launch_counted(backend, prob, cfg, mode, out, records))
+
+
 def plant_wide(prob):
     """Sequence 0's first page with a key block spread of 12 and its third page with a 0xFF
     block (both fall outside the fast rule); the rest stays narrow."""
@@ -131,14 +144,7 @@ def test_i8_paths_taken(data, pair, mode):
     prob = build("v4_decode", "cuda", seed=53, **over)
     if data == "mixed":
         prob = plant_wide(prob)
-    cfg = config(prob, pair, mode)
-    backend, inst = instance_of(pair)
-    out = torch.full((prob.rows + 1, cfg.max_seq_len + 3), -7777.0, device="cuda")
-    records = None
-    if mode == "table":
-        records = cfg.schedule_buffers()
-        backend.build_schedule(cfg, prob.query_start_loc, prob.row_ends, records)
-    fast, canonical = launch_counted(backend, prob, cfg, mode, out, records)
+    cfg, inst, out, fast, canonical = counted_run(prob, pair, mode)
     ref = reference(prob, cfg)
     assert compare_to_reference(out, ref) == []
     assert fast + canonical == i8_stages(prob, cfg, inst, mode), (fast, canonical)
@@ -164,24 +170,13 @@ def test_i8c_fast_tiles_carry_the_canonical_bits(data, pair, mode):
     prob = build("v4_decode", "cuda", seed=59, **NARROW)
     if data == "mixed":
         prob = plant_wide(prob)
-    cfg = config(prob, pair, mode)
-    backend, inst = instance_of(pair)
+    cfg, inst, out, fast, canonical = counted_run(prob, pair, mode)
     assert inst.canonical
-    out = torch.full((prob.rows + 1, cfg.max_seq_len + 3), -7777.0, device="cuda")
-    records = None
-    if mode == "table":
-        records = cfg.schedule_buffers()
-        backend.build_schedule(cfg, prob.query_start_loc, prob.row_ends, records)
-    fast, canonical = launch_counted(backend, prob, cfg, mode, out, records)
     assert fast > 0 and (canonical == 0) == (data == "narrow"), (fast, canonical)
     peer = ("opus", "sm90_fp8_r1w4")  # canonical, one row: every geometry's rows
     want = run(prob, config(prob, peer, "free"), "free")
     width = min(out.shape[1], want.shape[1])
-    a, b = out[: prob.rows, :width], want[: prob.rows, :width]
-    assert torch.equal(a.isnan(), b.isnan()), f"{pair[1]}/{mode}: NaN cells differ from {peer[1]}'s"
-    zero = torch.zeros((), device="cuda")
-    assert torch.equal(torch.where(a.isnan(), zero, a), torch.where(b.isnan(), zero, b)), \
-        f"{pair[1]}/{mode} differs from {peer[1]}"
+    assert_same_bits(out[: prob.rows, :width], want[: prob.rows, :width], f"{pair[1]}/{mode} against {peer[1]}")
     assert compare_to_reference(out, reference(prob, cfg)) == []
 
 
