@@ -496,6 +496,29 @@ def test_bench_rows_and_plot(tmp_path):
         assert message.startswith("matplotlib is not installed")
 
 
+@needs_kernels
+def test_bench_batch_invariant_times_canonical_instances_only():
+    """bench --batch-invariant: each shape measured as a batch_invariant=True config, so a
+    non-canonical instance is skipped by its rule before anything runs, the canonical ones are
+    timed, and every row records the setting."""
+    ceil = {"copy_GBps": 1000.0, "bf16_TFLOPs": 100.0}
+    names = {INSTANCE, "scaled_r1n64w4s2"}
+    assert {i.name: i.canonical for i in TRITON.instances() if i.name in names} == {INSTANCE: True,
+                                                                                   "scaled_r1n64w4s2": False}
+    t = make_tuner(FakeTimer({"torch": 1000.0}, default=10.0), backends=[TRITON], instances=names, top=0,
+                   modes={"free"}, torch_path=False, batch_invariant=True)
+    result = t.measure(SMOKE[0])
+    assert result.key.batch_invariant
+    assert [c.candidate.instance.name for c in result.timed] == [INSTANCE]
+    assert any("scaled_r1n64w4s2" in s and "batch_invariant" in s for s in result.skipped), result.skipped
+    rows = bench.bench(SMOKE[:1], t, ceil)
+    assert [r["instance"] for r in rows if r["status"] == "ok"] == [INSTANCE]
+    assert {r["batch_invariant"] for r in rows} == {1}
+    plain = make_tuner(FakeTimer(default=10.0), backends=[TRITON], instances=names, top=0, modes={"free"},
+                       torch_path=False)
+    assert {r["batch_invariant"] for r in bench.bench(SMOKE[:1], plain, ceil)} == {0}
+
+
 def test_bench_peer_rows_and_ratio(monkeypatch):
     """bench(peer="deepgemm"): where the peer serves the problem, a row for it (timed in rounds
     alternating with our fastest candidate) and every row's time over the peer's; where it

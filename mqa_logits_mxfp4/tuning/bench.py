@@ -18,7 +18,7 @@ from . import peer
 from .suites import Shape
 from .tuner import ShapeResult, Tuner, candidate_runner, measure_each, provenance
 
-COLUMNS = ("suite", "shape", "kind", "data", "out_dtype", "backend", "instance", "mode", "status", "us", "launch_us",
+COLUMNS = ("suite", "shape", "kind", "data", "out_dtype", "batch_invariant", "backend", "instance", "mode", "status", "us", "launch_us",
            "schedule_us", "layers", "GBps", "TFLOPs", "floor_us", "fraction", "vs_peer", "bytes", "flops",
            "copy_GBps", "fp8_TFLOPs", "bf16_TFLOPs", "device_name", "torch_version", "triton_version",
            "tool_version", "date", "note")
@@ -168,7 +168,8 @@ def bench(shapes: list[Shape], tuner: Tuner, ceil: dict, *, best_only: bool = Fa
                         r["vs_peer"] = f"{float(r['us']) / peer_us:.4g}"
             here += extra
         del problem
-        rows += [dict(r, data=tuner.data, out_dtype=OUT_NAMES[tuner.out_dtype], **ceil_cols, **prov) for r in here]
+        rows += [dict(r, data=tuner.data, out_dtype=OUT_NAMES[tuner.out_dtype], batch_invariant=int(tuner.batch_invariant),
+                      **ceil_cols, **prov) for r in here]
     return rows
 
 

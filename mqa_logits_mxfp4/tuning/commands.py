@@ -74,11 +74,11 @@ def _backends(args, parser):
     return [registry.get(b) for b in args.backend]
 
 
-def _tuner(args, device, parser, *, top: int, torch_path: bool, on_event=None):
+def _tuner(args, device, parser, *, top: int, torch_path: bool, on_event=None, batch_invariant: bool = False):
     return Tuner(device, backends=_backends(args, parser), instances=set(args.instance or ()) or None,
                  modes=set(args.mode or ()) or None, iters=args.iters, budget_ms=args.budget_ms, top=top,
                  rounds=args.rounds, torch_path=torch_path, on_event=on_event, data=args.data,
-                 out_dtype=OUT_DTYPE_OF[args.out_dtype])
+                 out_dtype=OUT_DTYPE_OF[args.out_dtype], batch_invariant=batch_invariant)
 
 
 def _event_log(path):
@@ -346,7 +346,8 @@ def cmd_bench(args, parser) -> int:
     print(f"bench on {device} [{what}]: ceilings measured now: "
           + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in ceil.items()), flush=True)
     on_event, close_log = _event_log(args.log)
-    tuner = _tuner(args, device, parser, top=args.top, torch_path=not args.no_torch_path, on_event=on_event)
+    tuner = _tuner(args, device, parser, top=args.top, torch_path=not args.no_torch_path, on_event=on_event,
+                   batch_invariant=args.batch_invariant)
     progress = Progress("bench")
     try:
         rows = bench(shapes, tuner, ceil, best_only=args.best, progress=progress, peer=args.peer)
@@ -413,6 +414,8 @@ def add_commands(subparsers) -> None:
     bench.add_argument("--peer", choices=("deepgemm",), help="also time DeepGEMM's FP8 paged MQA logits on each "
                        "problem (where deep_gemm imports and serves the shape), interleaved with our fastest "
                        "candidate; every row gets vs_peer = its time / the peer's (docs/tuning.md)")
+    bench.add_argument("--batch-invariant", action="store_true", help="every shape as a batch_invariant=True "
+                       "config: only canonical instances are candidates (docs/numerics.md)")
     _common(bench, "no torch rows")
     bench.set_defaults(handler=cmd_bench, subparser=bench, local_shard=None)
 

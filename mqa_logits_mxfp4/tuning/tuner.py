@@ -238,7 +238,7 @@ class Tuner:
                  iters: int = 30, min_iters: int = 5, budget_ms: float = 1000.0, top: int = 3,
                  rounds: int = 5, prune: float = 4.0, torch_path: bool = True,
                  ref_budget_macs: int = REF_BUDGET_MACS, on_event: Callable[[dict], None] | None = None,
-                 data: str = "realistic", out_dtype: torch.dtype = torch.float32):
+                 data: str = "realistic", out_dtype: torch.dtype = torch.float32, batch_invariant: bool = False):
         self.device = normalize_device(device)
         self.timer = timer or device_timer(self.device)
         self.backends, self.instances, self.modes = backends, instances, modes
@@ -248,6 +248,9 @@ class Tuner:
         self.on_event = on_event
         self.data = data  # problems.DATA_KINDS: the scale layout of every problem
         self.out_dtype = out_dtype  # the out every candidate writes (core/outputs.py's OUT_DTYPES)
+        # measure: every shape's key with batch_invariant=True, so only canonical instances are
+        # candidates (the bench's --batch-invariant; tune picks both settings from one measurement)
+        self.batch_invariant = batch_invariant
         self._said_non_canonical = False  # the expected non-identity of non-canonical instances: said once
 
     def _event(self, shape: Shape, **record) -> None:
@@ -316,7 +319,7 @@ class Tuner:
 
     def measure(self, shape: Shape, cands: list[Candidate] | None = None, on_problem=None) -> ShapeResult:
         """Check, time and re-time every candidate of `shape` (or the given ones)."""
-        key = shape.key(self.device)
+        key = replace(shape.key(self.device), batch_invariant=self.batch_invariant)
         result = ShapeResult(shape, key)
         if cands is None:
             cands, result.skipped = candidates(key, self.backends, self.instances, self.modes)
