@@ -12,6 +12,7 @@ rule's lower key bound on tiny values.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from fractions import Fraction
@@ -24,6 +25,7 @@ HEADER = Path(__file__).resolve().parents[1] / "mqa_logits_mxfp4/backends/opus/c
 E2M1 = [Fraction(v) for v in ("0", "0.5", "1", "1.5", "2", "3", "4", "6")]
 
 
+@functools.cache
 def constant(name: str) -> int:
     return int(re.search(rf"\b{name} = (-?\d+)", HEADER.read_text()).group(1))
 

@@ -248,8 +248,8 @@ class Tuner:
         self.on_event = on_event
         self.data = data  # problems.DATA_KINDS: the scale layout of every problem
         self.out_dtype = out_dtype  # the out every candidate writes (core/outputs.py's OUT_DTYPES)
-        # measure: every shape's key with batch_invariant=True, so only canonical instances are
-        # candidates (the bench's --batch-invariant; tune picks both settings from one measurement)
+        # the setting every measured key carries: True admits only canonical instances (the bench's
+        # --batch-invariant); tune keeps False and picks both settings' rows from one measurement
         self.batch_invariant = batch_invariant
         self._said_non_canonical = False  # the expected non-identity of non-canonical instances: said once
 

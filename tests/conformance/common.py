@@ -147,13 +147,13 @@ def assert_untouched_outside(out, ref, live_rows: int):
         f"{int((outside != POISON).sum())} cells outside windows / past live rows were written")
 
 
-__all__ = ["MODES", "DEVICES", "POISON", "need_device", "candidates", "instance_of", "build",
-           "config", "run", "assert_untouched_outside", "GEOMETRIES", "reference", "run_and_check",
-           "window_starts"]
-
-
 def assert_same_bits(out, want, what: str) -> None:
     """`out` and `want` hold the same float bits: the same NaN cells, every other cell equal."""
     assert torch.equal(out.isnan(), want.isnan()), f"{what}: NaN cells differ"
     zero = torch.zeros((), device=out.device)
     assert torch.equal(torch.where(out.isnan(), zero, out), torch.where(want.isnan(), zero, want)), f"{what}: values differ"
+
+
+__all__ = ["MODES", "DEVICES", "POISON", "need_device", "candidates", "instance_of", "build",
+           "config", "run", "assert_untouched_outside", "assert_same_bits", "GEOMETRIES", "reference", "run_and_check",
+           "window_starts"]
