@@ -24,8 +24,6 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,accinit,accinitsm --ids 20,16,17,18  # the bias's correction as the accumulator's start
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,descsalt --ids 20,16,17,18  # the wgmma descriptors held in uniform registers
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,viadd --ids 20,16,17,18  # no bias slice: the relu takes the bias back (VIADDMNMX)
-    python3 scripts/i8_ablations.py --out .gl/abl --variants base,canontree --ids 20,16,17,18  # the head sum in the canonical tree's order
-    python3 scripts/i8_ablations.py --out .gl/abl --variants base,canonquad --ids 43,44,45,16,17  # the canonical body's quad as a reduce-scatter
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
@@ -240,8 +238,11 @@ EDITS = {
     # in order with them, and its shuffles' latency with it)
     "storeend": [("  OPUS_DEV void store_row(int r, const float (&rs)[2], int n0, int mb, float scale) const {\n"
                   "    const bool k_own = t & 1;\n"
-                  "    float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n"
-                  "    v = fadd_rn(v, warp_xor(v, 2));\n"
+                  "    float v = rs[0];\n"
+                  "    if constexpr (!CANON) {\n"
+                  "      v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n"
+                  "      v = fadd_rn(v, warp_xor(v, 2));\n"
+                  "    }\n"
                   "    int n = n0 + key_of(mb, k_own ? 1 : 0);\n"
                   "    if constexpr (S::RELU_ALU) v = fmul_rn(v, gscale);\n"
                   "    if (store_mask >> (r * S::MB + mb) & 1u) {\n"
@@ -252,8 +253,11 @@ EDITS = {
                   # store_row as its two halves: the value (no memory operation) and the store
                   "  OPUS_DEV float row_value(const float (&rs)[2], float scale) const {\n"
                   "    const bool k_own = t & 1;\n"
-                  "    float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n"
-                  "    v = fadd_rn(v, warp_xor(v, 2));\n"
+                  "    float v = rs[0];\n"
+                  "    if constexpr (!CANON) {\n"
+                  "      v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n"
+                  "      v = fadd_rn(v, warp_xor(v, 2));\n"
+                  "    }\n"
                   "    if constexpr (S::RELU_ALU) v = fmul_rn(v, gscale);\n"
                   "    return fmul_rn(v, scale);\n"
                   "  }\n"
@@ -931,86 +935,6 @@ EDITS["viaddsm"] += [
     ("  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n", "  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n  int nbv[S::NT][2];  // the unit's nb (unit_weights)\n"),
     (_UW_REGS, _UW_REGS + "        const int2 b2 = *reinterpret_cast<const int2*>(&sm.qbias[ch * S::NC + 8 * i + 2 * t]);\n"
                           "        nbv[i][0] = b2.x;\n        nbv[i][1] = b2.y;\n"),
-]
-
-# canontree (timing, and the tolerance check; 64 heads a chunk only): the fast path's head sum
-# in docs/numerics.md's canonical order instead of two FMA chains -- level 1 fma(x_j, w_j,
-# x_(j+32) * w_(j+32)) and levels 16, 8 in the thread (its columns 8i + 2t + e), levels 4 and 2
-# across the quad (xor 2, xor 1: the adds commute, so every lane gets the same bits), level 1
-# between e = 0 and 1; every lane ends with both key rows' sums, which store_row takes without
-# its shuffles. On fast tiles the i8 relu(I) is the canonical relu(s) times a power of two common
-# to the row (docs/numerics.md, "Integer tiles": the canonical block sum is exact there), so this
-# is the order a canonical i8 body would need; what it costs is the question.
-_SUMS_HEAD = "  OPUS_DEV void unit_sums(const int32_t (&ac)[S::ACC], const float (&wv)[S::NT][2], float (&rs)[RPC][2]) const {\n"
-EDITS["canontree"] = [
-    (_SUMS_HEAD,
-     _SUMS_HEAD +
-     "    if constexpr (H == 64 && S::NC == 64) {\n"
-     "      float z[2][2];\n"
-     "#pragma unroll\n"
-     "      for (int kk = 0; kk < 2; ++kk)\n"
-     "#pragma unroll\n"
-     "        for (int e = 0; e < 2; ++e) {\n"
-     "          float v[4];\n"
-     "#pragma unroll\n"
-     "          for (int i = 0; i < 4; ++i)\n"
-     "            v[i] = fmaf(relu_cell(ac[4 * i + 2 * kk + e]), wv[i][e], fmul_rn(relu_cell(ac[4 * (i + 4) + 2 * kk + e]), wv[i + 4][e]));\n"
-     "          float u = fadd_rn(fadd_rn(v[0], v[2]), fadd_rn(v[1], v[3]));\n"
-     "          u = fadd_rn(u, warp_xor(u, 2));\n"
-     "          z[kk][e] = fadd_rn(u, warp_xor(u, 1));\n"
-     "        }\n"
-     "      rs[0][0] = fadd_rn(z[0][0], z[0][1]);\n"
-     "      rs[0][1] = fadd_rn(z[1][0], z[1][1]);\n"
-     "      return;\n"
-     "    }\n"),
-    ("    float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n    v = fadd_rn(v, warp_xor(v, 2));\n",
-     "    float v = k_own ? rs[1] : rs[0];\n"
-     "    if constexpr (!(H == 64 && S::NC == 64)) {\n"
-     "      v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n"
-     "      v = fadd_rn(v, warp_xor(v, 2));\n"
-     "    }\n"),
-]
-
-# canonquad (the canonical i8 body, ids 43-46): the quad's levels of its head sum as a
-# reduce-scatter instead of four all-reduces -- level 4 (lanes t, t ^ 2) keeps e = (t >> 1) & 1 of
-# each key, level 2 (t, t ^ 1) keeps key t & 1, level 1 (e = 0 and 1: lanes t, t ^ 2) leaves every
-# lane its own key's sum, which store_row takes without its shuffles: 4 shuffles and 4 adds a row
-# where there were 10 and 12. Each add takes the same two operands as before (fp adds commute),
-# so the bits are the canonical ones still; the harness checks the tolerance only.
-_CANON_QUAD_OLD = (
-    "            float u = fadd_rn(v[0], warp_xor(v[0], 2));  // level 4: lanes t, t + 2 (the adds commute:\n"
-    "            z[e] = fadd_rn(u, warp_xor(u, 1));           // every lane the same bits); level 2: t, t + 1\n"
-    "          }\n"
-    "          // level 1: columns 2t, 2t + 1. Every lane now holds key kk's canonical sum; store_row's\n"
-    "          // quad reduction adds -0 to it twice (x + -0 = x, for +-0 too) when only lane t = kk holds\n"
-    "          // it and the others -0\n"
-    "          rs[r][kk] = (t & 2) == 0 && kk == (t & 1) ? fadd_rn(z[0], z[1]) : -0.0f;\n"
-    "        }\n"
-    "      return;\n")
-EDITS["canonquad"] = [
-    ("#pragma unroll\n        for (int kk = 0; kk < 2; ++kk) {\n          float z[2];\n#pragma unroll\n          for (int e = 0; e < 2; ++e) {\n"
-     "            float v[NTR / 2];\n",
-     "      {\n        float th[2][2];  // [kk][e]: the thread's part of the tree\n#pragma unroll\n"
-     "        for (int kk = 0; kk < 2; ++kk)\n#pragma unroll\n          for (int e = 0; e < 2; ++e) {\n"
-     "            float v[NTR / 2];\n"),
-    (_CANON_QUAD_OLD,
-     "            th[kk][e] = v[0];\n"
-     "          }\n"
-     "        const int me = (t >> 1) & 1, mk = t & 1;\n"
-     "        float b[2];\n"
-     "#pragma unroll\n"
-     "        for (int kk = 0; kk < 2; ++kk)  // level 4: lanes t, t ^ 2, this lane keeping e = me\n"
-     "          b[kk] = fadd_rn(me ? th[kk][1] : th[kk][0], warp_xor(me ? th[kk][0] : th[kk][1], 2));\n"
-     "        const float c2 = fadd_rn(mk ? b[1] : b[0], warp_xor(mk ? b[0] : b[1], 1));  // level 2: key mk\n"
-     "        rs[r][0] = rs[r][1] = fadd_rn(c2, warp_xor(c2, 2));  // level 1: e = 0 and 1; key t & 1's sum\n"
-     "      }\n"
-     "      return;\n"),
-    ("    float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n    v = fadd_rn(v, warp_xor(v, 2));\n",
-     "    float v = rs[0];\n"
-     "    if constexpr (!CANON) {\n"
-     "      v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n"
-     "      v = fadd_rn(v, warp_xor(v, 2));\n"
-     "    }\n"),
 ]
 
 # The fast chunk's ten wgmma descriptors out of uniform registers held across the stage: ptxas

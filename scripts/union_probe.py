@@ -15,8 +15,8 @@ This script measures the pieces of that design with what exists today, on the su
   scatter   the dense union logits moved to each row's own positions (torch gather + where):
             the extra traffic a kernel that stores in place would not have
 and checks the scattered result against the float64 reference (the tuner's check).
-With --kernel it times the union body itself instead (opus i8u: pre-pass and in-place stores)
-beside the one-row pick (the table's, or r1w16 where the table picks i8u), each checked against
+With --kernel it times the union body itself instead (opus i8u and i8uc: pre-pass and in-place stores)
+beside the one-row pick (the table's, or r1w16 where the table picks a union body), each checked against
 the reference.
 
 Run on a GPU: python3 scripts/union_probe.py [--kernel] [--shapes NAME,...] [--iters N]
@@ -30,7 +30,7 @@ import statistics
 
 import torch
 
-from mqa_logits_mxfp4.backends.opus.instances import INSTANCES as OPUS_INSTANCES, UNION_FAMILY
+from mqa_logits_mxfp4.backends.opus.instances import INSTANCES as OPUS_INSTANCES, UNION_FAMILIES
 from mqa_logits_mxfp4.problems import Problem
 from mqa_logits_mxfp4.tuning import timing
 from mqa_logits_mxfp4.tuning.suites import get_suite
@@ -40,7 +40,7 @@ from mqa_logits_mxfp4.dispatch.config_cache import mqa_logits_mxfp4_config
 DEFAULT_SHAPES = ",".join(f"candidate decode mtp{m} bs{b} keys16K" for m in (4, 8) for b in (8, 64, 256))
 INSTANCES = ("sm90_i8_r1w16", "sm90_i8_r2w12", "sm90_i8_r4w12", "sm90_i8_r8w12")
 # --kernel: the registry's union instances, fewest rows first
-UNION_INSTANCES = tuple(i.name for i in sorted((i for i in OPUS_INSTANCES if i.family == UNION_FAMILY),
+UNION_INSTANCES = tuple(i.name for i in sorted((i for i in OPUS_INSTANCES if i.family in UNION_FAMILIES),
                                                key=lambda i: i.rows))
 ONE_ROW_REFERENCE = ("sm90_i8_r1w16", "free")  # where the table picks a union instance
 
@@ -129,7 +129,7 @@ def shape_and_pick(suite, name: str, dev):
 
 
 def kernel(a, dev, suite) -> None:
-    """The union body (i8u, Free mode) beside the one-row pick, each checked on its own output."""
+    """The union bodies (i8u, i8uc; Free mode) beside the one-row pick, each checked on its own output."""
     union_cols = " | ".join(n.removeprefix("sm90_").replace("_", " ") for n in UNION_INSTANCES)
     print(f"| shape | one-row pick | us | {union_cols} | best vs pick | checks |")
     print("|---" * (len(UNION_INSTANCES) + 5) + "|")
@@ -162,7 +162,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
     ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--kernel", action="store_true", help="time the union body (opus i8u) itself")
+    ap.add_argument("--kernel", action="store_true", help="time the union bodies (opus i8u, i8uc) themselves")
     a = ap.parse_args()
     dev = torch.device("cuda")
     suite = {s.name: s for s in get_suite("deepseek_v4_1").shapes()}

@@ -143,7 +143,7 @@ def compile_sm90(work: Path) -> dict:
                          r"\s+(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads\n"
                          r"ptxas info\s+: Used (\d+) registers", p.stderr):
         a, i8 = _SM90_ARGS.search(m.group(1)), _SM90_I8_ARGS.search(m.group(1))
-        if "mqa_union_prepass" in m.group(1):  # the i8u body's pre-pass: not an instance of its own
+        if "mqa_union_prepass" in m.group(1):  # the union bodies' pre-pass: not an instance of its own
             rec["prepass"] = dict(registers=int(m.group(5)), stack=int(m.group(2)), spill_stores=int(m.group(3)))
             continue
         if a:
@@ -151,7 +151,8 @@ def compile_sm90(work: Path) -> dict:
             family = FAMILY_CODE[fam]
         else:  # the wgmma body: one producer warpgroup and CONS consumer warpgroups (+ CONS converters), one CTA an SM
             rows, heads, cons, split, union, canon = (int(x) for x in i8.groups())
-            family, warps, ctas = "i8u" if union else "i8c" if canon else "i8", 4 * (1 + cons * (1 + split)), 1
+            family = ("i8uc" if canon else "i8u") if union else "i8c" if canon else "i8"
+            warps, ctas = 4 * (1 + cons * (1 + split)), 1
         kernels[m.group(1)] = dict(family=family, rows=rows, heads=heads, warps=warps, ctas=ctas,
                                    registers=int(m.group(5)), stack=int(m.group(2)), spill_stores=int(m.group(3)),
                                    spill_loads=int(m.group(4)))

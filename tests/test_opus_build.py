@@ -91,9 +91,9 @@ def test_instances_are_registered_and_validated_only_where_they_ran():
         assert inst.validated_on == (("sm_90",) if ran else ())
         assert not inst.validated("gfx950") and not inst.validated("gfx942")
         # the union body's windows come from its pre-pass: Free mode only (registry.h OPUS_UNION_MODES)
-        assert inst.modes == (("free",) if inst.family == "i8u" else ("table", "free", "prefill"))
+        assert inst.modes == (("free",) if inst.family in ("i8u", "i8uc") else ("table", "free", "prefill"))
         assert inst.block_n == 64
-        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|fp8fold|fold|mxf4|mxsc|i8|i8u|i8c)_r\d+w\d+", inst.name)
+        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|fp8fold|fold|mxf4|mxsc|i8|i8u|i8c|i8uc)_r\d+w\d+", inst.name)
         assert inst.name == f"{inst.arches[0].replace('_', '')}_{inst.family}_r{inst.rows}w{inst.warps}"
         assert all(inst.rows * h <= 256 for h in inst.heads)
         if inst.arches == ("gfx942",):   # 256 B of FP16 query operand a (row, head) in 64 KB of LDS
@@ -147,11 +147,14 @@ def test_default_rule_per_arch():
     gather = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, gather=True, max_qlen=4))
     # gather: the one-row bodies first; the union body (any rows, Free mode) after i8's, as only a
     # tuned table knows how much a batch's row lists overlap
-    assert {i.rows for i, _ in gather if i.family != "i8u"} == {1}
+    assert {i.rows for i, _ in gather if i.family not in ("i8u", "i8uc")} == {1}
     fams = [i.family for i, _ in gather]
     assert fams.index("i8u") == fams.count("i8") and {m for i, m in gather if i.family == "i8u"} == {"free"}
     assert fams.index("i8c") == fams.count("i8") + fams.count("i8u")  # one-row, as i8 in gather mode
-    assert [i.name for i, _ in gather if i.family == "i8u"] == ["sm90_i8u_r4w12", "sm90_i8u_r8w12", "sm90_i8u_r2w12"]
+    # the canonical union body after i8c's, as i8u after i8
+    assert fams.index("i8uc") == fams.index("i8c") + fams.count("i8c") and {m for i, m in gather if i.family == "i8uc"} == {"free"}
+    for fam in ("i8u", "i8uc"):
+        assert [i.name for i, _ in gather if i.family == fam] == [f"sm90_{fam}_r4w12", f"sm90_{fam}_r8w12", f"sm90_{fam}_r2w12"]
     gfx950 = [i.name for i, _ in BACKEND.ranked_picks(sm90_key(arch="gfx950"))]
     # the scaled MFMA over the whole head_dim first (fewest rows holding the group), then mxf4
     assert gfx950[:2] == ["gfx950_mxsc_r2w2", "gfx950_mxsc_r4w2"] and gfx950.index("gfx950_mxf4_r2w2") == 3
@@ -551,7 +554,7 @@ def test_sm90_kernels_compile_without_spills_on_their_mma():
     for k in kernels:
         what = f"{k['family']} r{k['rows']} H{k['heads']} w{k['warps']}"
         assert k["registers"] * k["warps"] * 32 * k["ctas"] <= 65536, f"{what}: launch bounds not met"
-        if k["family"] in ("i8", "i8u", "i8c"):
+        if k["family"] in ("i8", "i8u", "i8c", "i8uc"):
             check_i8_kernel(k, what)
             continue
         # fold r1 H64 keeps a few words of per-piece state in local memory at the 4-CTA budget;
@@ -587,9 +590,9 @@ def check_i8_kernel(k: dict, what: str) -> None:
     one)."""
     # w16: the producer warpgroup keeps 24 registers, and the walk's state outside its stage
     # loop goes to local memory
-    # i8u r8: the union's per-piece state (its list windows and piece bounds) beside r8's; none of
-    # it inside a stage loop (loop_local below)
-    stack = 192 if (k["family"], k["rows"]) == ("i8u", 8) else 64 if k["warps"] <= 12 else 160
+    # i8u and i8uc r8: the union's per-piece state (its list windows and piece bounds) beside r8's;
+    # none of it inside a stage loop (loop_local below)
+    stack = 192 if k["family"] in ("i8u", "i8uc") and k["rows"] == 8 else 64 if k["warps"] <= 12 else 160
     assert k["stack"] <= stack, f"{what}: {k['stack']} bytes of stack"
     if "mma" not in k:
         return  # no cuobjdump here

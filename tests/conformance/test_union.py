@@ -1,11 +1,14 @@
-"""The union body (opus family i8u; docs/opus-backend.md, "The union body"): gather-mode rows
+"""The union bodies (opus families i8u and i8uc, the canonical one; docs/opus-backend.md, "The
+union body"): gather-mode rows
 of one sequence scored on the union of their tables, each row's logits stored at its own list
 positions. The conformance suite runs these instances on its gather geometry (two rows a
 sequence at most); here the rows share a pool as candidate lists do, up to eight a sequence,
 on data that takes the fast path and data that forces the canonical one, with cut windows and
-with entries a row lists twice."""
+with entries a row lists twice; the canonical body against a canonical one-row body, bit for bit."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -14,9 +17,10 @@ from mqa_logits_mxfp4.dispatch import registry
 from mqa_logits_mxfp4.problems import make_problem
 from mqa_logits_mxfp4.reference import compare_to_reference
 
-from .common import assert_untouched_outside, candidates, config, reference, run, window_starts
+from .common import (assert_same_bits, assert_untouched_outside, candidates, config, instance_of, reference, run,
+                     window_starts)
 
-UNION = [p for p in candidates() if p.values[0][0] == "opus" and "_i8u_" in p.values[0][1]]
+UNION = [p for p in candidates() if p.values[0][0] == "opus" and re.search(r"_i8uc?_", p.values[0][1])]
 # (context, rows) a sequence: a full MTP 8 group, a part group, one row, an empty sequence, and a
 # sequence whose rows see short windows
 SEQS = [(3000, 8), (1200, 5), (700, 1), (0, 0), (2500, 3)]
@@ -26,6 +30,17 @@ DATA = {"narrow": dict(scale_exponents=(100, 160), block_spread=2), "wide": dict
 def union_problem(data: str, seed: int):
     return make_problem(heads=32, page_size=8, gather=True, seqs=SEQS, pad_rows=2, table_pad=3,
                         generator=torch.Generator().manual_seed(seed), device="cuda", **DATA[data])
+
+
+def mixed_union_problem(seed: int):
+    """Narrow data with a block scale 12 binades off on every seventh of row 0's pages: the
+    stages holding those keys take the canonical path, the others the fast one."""
+    prob = union_problem("narrow", seed)
+    kv_scale = prob.kv_scale.clone()
+    pages = prob.block_tables[0, :360:7].long()
+    kv_scale[pages, :, 2] = (kv_scale[pages, :, 0].int() + 12).clamp(max=250).to(torch.uint8)
+    prob.kv_scale = kv_scale
+    return prob
 
 
 def need_gpu() -> None:
@@ -82,12 +97,25 @@ def test_union_repeats_bit_for_bit_on_mixed_paths(pair):
     call gives the same bits (the union's order, and so each stage's vote, is the same at every
     call: docs/contract.md, "Determinism")."""
     need_gpu()
-    prob = union_problem("narrow", seed=91)
-    kv_scale = prob.kv_scale.clone()
-    pages = prob.block_tables[0, :360:7].long()
-    kv_scale[pages, :, 2] = (kv_scale[pages, :, 0].int() + 12).clamp(max=250).to(torch.uint8)
-    prob.kv_scale = kv_scale
+    prob = mixed_union_problem(seed=91)
     cfg = config(prob, pair, "free", max_qlen=8)
     first = check(prob, cfg)
     again = run(prob, cfg, "free")
     assert torch.equal(first.view(torch.int32), again.view(torch.int32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pair", [p for p in UNION if "_i8uc_" in p.values[0][1]])
+@pytest.mark.parametrize("data", ["narrow", "mixed"])
+def test_canonical_union_gives_the_canonical_bits(pair, data):
+    """The canonical union body (i8uc: the union's tiles, i8c's fast path) gives every cell the
+    bits a canonical one-row body gives it, NaN cells included, on stages of either path: a
+    canonical cell's value does not depend on which other keys shared its tile."""
+    need_gpu()
+    assert instance_of(pair)[1].canonical
+    prob = union_problem("narrow", seed=101) if data == "narrow" else mixed_union_problem(seed=101)
+    out = check(prob, config(prob, pair, "free", max_qlen=8))
+    peer = ("opus", "sm90_fp8_r1w4")  # canonical, one row
+    want = run(prob, config(prob, peer, "free", max_qlen=8), "free")
+    width = min(out.shape[1], want.shape[1])
+    assert_same_bits(out[: prob.rows, :width], want[: prob.rows, :width], f"{pair[1]} against {peer[1]}")

@@ -19,7 +19,7 @@ from ...core.instance import Instance, Reason, ok_if
 from ...core.modes import MODE_CODES, is_decode
 from ..base import BackendBase, attribute_rules, grid_sizes, rank_by_rows
 from . import jit
-from .instances import (ARCHES, INSTANCES, UNION_FAMILY, UNION_MAX_ENTRIES, ctas_for_heads, from_registry,
+from .instances import (ARCHES, INSTANCES, UNION_FAMILIES, UNION_MAX_ENTRIES, ctas_for_heads, from_registry,
                         registry_id)
 
 # Per-arch family order of the default rule (decode, prefill). sm_90 (H200, docs/opus-backend.md,
@@ -34,8 +34,9 @@ from .instances import (ARCHES, INSTANCES, UNION_FAMILY, UNION_MAX_ENTRIES, ctas
 # i8u (the union of a sequence's row tables, gather mode) comes after i8's one-row instances: how
 # much it saves depends on how much the rows' lists overlap, which only a tuned table knows.
 # i8c (the i8 body with the canonical head sum: canonical) after them: the first canonical family
-# when batch_invariant asks for one (the mma.sync bodies' 0.08-0.15 of the floor behind it).
-_FAMILY_ORDER = {"sm_90": (("i8", "i8u", "i8c", "fp8", "fold", "f16"), ("i8", "i8c", "fold", "f16", "fp8")),
+# when batch_invariant asks for one (the mma.sync bodies' 0.08-0.15 of the floor behind it), and
+# i8uc (the union body with i8c's tiles) after it, as i8u after i8.
+_FAMILY_ORDER = {"sm_90": (("i8", "i8u", "i8c", "i8uc", "fp8", "fold", "f16"), ("i8", "i8c", "fold", "f16", "fp8")),
                  "gfx942": (("fp8fold", "fp8", "f16"), ("fp8fold", "fp8", "f16")),
                  "gfx950": (("mxsc", "mxf4"), ("mxsc", "mxf4"))}
 
@@ -87,9 +88,9 @@ class OpusBackend(BackendBase):
         ])
 
     def instance_supports(self, inst: Instance, key) -> list[Reason]:
-        """The shared attribute rules; the union body (i8u) serves gather mode only, any rows,
-        while its pre-pass's hash holds max_qlen x block_table_width entries."""
-        if inst.family != UNION_FAMILY:
+        """The shared attribute rules; the union bodies (i8u, i8uc) serve gather mode only, any
+        rows, while their pre-pass's hash holds max_qlen x block_table_width entries."""
+        if inst.family not in UNION_FAMILIES:
             return super().instance_supports(inst, key)
         entries = key.max_qlen * key.block_table_width
         return ok_if([rule for rule in attribute_rules(inst, key) if rule[1] != "gather"] + [

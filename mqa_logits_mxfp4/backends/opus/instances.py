@@ -25,13 +25,13 @@ HEAD_DIMS = (128,)
 # passed the whole conformance suite on an H200 (2026-11-30; fold also its folded-tile test; i8
 # 2026-12-01, with its fast-path tests; i8u 2026-12-04: its gather cases of the suite, its union
 # tests and memcheck; i8c 2026-12-04: the whole GPU suite, its fast tiles bit for bit the canonical
-# bodies', memcheck);
-# mxf4 and mxsc (gfx950) and the gfx942 f16 body have never run, so their instances self-check
+# bodies', memcheck; i8uc 2026-12-04: the whole GPU suite, its union tests with the canonical-bits
+# one, memcheck); mxf4 and mxsc (gfx950) and the gfx942 f16 body have never run, so their instances self-check
 # on first use. A family name may serve several arches (f16: sm_90 and gfx942), so an instance counts as
 # validated only on its own arch (validated_on()).
 VALIDATED_ON: dict[str, tuple[str, ...]] = {"f16": ("sm_90",), "fp8": ("sm_90",), "fold": ("sm_90",), "mxf4": (),
                                             "mxsc": (), "fp8fold": (), "i8": ("sm_90",), "i8u": ("sm_90",),
-                                            "i8c": ("sm_90",)}
+                                            "i8c": ("sm_90",), "i8uc": ("sm_90",)}
 
 _FIELDS = ("id", "name", "arch", "family", "rows", "warps", "keys", "stages", "ctas", "heads")
 
@@ -96,10 +96,10 @@ def parse_i8_stage_keys(text: str) -> int:
     return keys
 
 
-def parse_union(text: str) -> tuple[str, tuple[str, ...], int]:
-    """The union body's family, modes and most pre-pass entries (registry.h's OPUS_UNION_FAMILY,
-    OPUS_UNION_MODES, OPUS_UNION_MAX_ENTRIES: max_qlen x block-table columns)."""
-    family = _macro_body(text, "OPUS_UNION_FAMILY").strip().strip('"')
+def parse_union(text: str) -> tuple[tuple[str, ...], tuple[str, ...], int]:
+    """The union bodies' families, modes and most pre-pass entries (registry.h's
+    OPUS_UNION_FAMILIES, OPUS_UNION_MODES, OPUS_UNION_MAX_ENTRIES: max_qlen x block-table columns)."""
+    families = tuple(_macro_body(text, "OPUS_UNION_FAMILIES").strip().strip('"').split(","))
     modes = tuple(_macro_body(text, "OPUS_UNION_MODES").strip().strip('"').split(","))
     try:
         entries = int(_macro_body(text, "OPUS_UNION_MAX_ENTRIES").strip(), 0)
@@ -107,7 +107,7 @@ def parse_union(text: str) -> tuple[str, tuple[str, ...], int]:
         raise RegistryFormatError(f"{REGISTRY_H}: OPUS_UNION_MAX_ENTRIES is not a number") from None
     if not set(modes) <= set(MODES):
         raise RegistryFormatError(f"{REGISTRY_H}: OPUS_UNION_MODES {modes} names a mode outside {MODES}")
-    return family, modes, entries
+    return families, modes, entries
 
 
 def parse_arches(text: str) -> tuple[str, ...]:
@@ -120,7 +120,7 @@ REGISTRY = parse_registry(_TEXT)
 PAGE_SIZES = parse_page_sizes(_TEXT)
 ARCHES = parse_arches(_TEXT)
 I8_STAGE_KEYS = parse_i8_stage_keys(_TEXT)
-UNION_FAMILY, UNION_MODES, UNION_MAX_ENTRIES = parse_union(_TEXT)
+UNION_FAMILIES, UNION_MODES, UNION_MAX_ENTRIES = parse_union(_TEXT)
 
 
 def i8_stages(cfg, inst: Instance, mode: str, query_start_loc, row_ends) -> int:
@@ -164,7 +164,7 @@ def make_instance(id_: int, name: str, arch: str, family: str, rows: int, warps:
                   stages: int, ctas: int, heads: tuple[int, ...]) -> Instance:
     return Instance(name=name, backend=BACKEND, family=family, rows=rows, block_n=block_n, warps=warps,
                     stages=stages, heads=tuple(heads), page_sizes=PAGE_SIZES, arches=(arch,),
-                    validated_on=validated_on(arch, family), modes=UNION_MODES if family == UNION_FAMILY else MODES,
+                    validated_on=validated_on(arch, family), modes=UNION_MODES if family in UNION_FAMILIES else MODES,
                     head_dims=HEAD_DIMS,
                     ctas_per_sm=ctas, extra=(("id", id_),), canonical=family not in NON_CANONICAL)
 

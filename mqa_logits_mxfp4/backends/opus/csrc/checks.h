@@ -53,9 +53,20 @@ struct CallDesc {
   TensorDesc scratch;     // int32, the union body's only (union_scratch_ints): bindings.cpp allocates it
 };
 
-// The union body (family i8u; registry.h's OPUS_UNION_*).
+// The union bodies (families i8u, i8uc; registry.h's OPUS_UNION_*).
 constexpr int64_t kUnionMaxEntries = OPUS_UNION_MAX_ENTRIES;
-inline bool is_union_family(const InstanceInfo& inst) { return std::strcmp(inst.family, OPUS_UNION_FAMILY) == 0; }
+inline bool is_union_family(const InstanceInfo& inst) {  // a name of OPUS_UNION_FAMILIES' list
+  const char* list = OPUS_UNION_FAMILIES;
+  const size_t n = std::strlen(inst.family);
+  for (const char* p = list; *p;) {
+    const char* end = std::strchr(p, ',');
+    const size_t len = end ? size_t(end - p) : std::strlen(p);
+    if (len == n && std::strncmp(p, inst.family, n) == 0) return true;
+    if (!end) break;
+    p = end + 1;
+  }
+  return false;
+}
 
 namespace detail {
 

@@ -429,7 +429,7 @@ constexpr int kBarGroupDone = 6, kBarGroupReady = 7;
 template <int R, int H, int CONS, bool NARROW, bool SPLIT = false, bool UNION = false, bool CANON = false>
 struct I8Consumer {
   static_assert(!(UNION && SPLIT), "the union body is the fused body's");
-  static_assert(!CANON || (H <= I8Shape<R, H, CONS, SPLIT>::NC && !SPLIT && !UNION),
+  static_assert(!CANON || (H <= I8Shape<R, H, CONS, SPLIT>::NC && !SPLIT),
                 "the canonical head tree runs inside one chunk of the fused body");
   using S = I8Shape<R, H, CONS, SPLIT>;
   using Sm = I8Smem<R, H, CONS, SPLIT, UNION>;
@@ -870,10 +870,10 @@ struct I8Consumer {
     if constexpr (CANON) {  // docs/numerics.md's halving tree: levels over i in the thread, then the quad, then e
       constexpr int NTR = H / 8;  // a row's 8-column groups (H <= NC): columns 8i + 2t + e
 #pragma unroll
-      for (int r = 0; r < RPC; ++r)
+      for (int r = 0; r < RPC; ++r) {
+        float th[2][2];  // [kk][e]: the thread's levels of key kk's sum over its columns of parity e
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          float z[2];
+        for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             float v[NTR / 2];
@@ -886,14 +886,20 @@ struct I8Consumer {
             for (int m = NTR / 4; m >= 1; m >>= 1)  // levels H/4 .. 8: v[j] + v[j + m]
 #pragma unroll
               for (int i = 0; i < m; ++i) v[i] = fadd_rn(v[i], v[i + m]);
-            float u = fadd_rn(v[0], warp_xor(v[0], 2));  // level 4: lanes t, t + 2 (the adds commute:
-            z[e] = fadd_rn(u, warp_xor(u, 1));           // every lane the same bits); level 2: t, t + 1
+            th[kk][e] = v[0];
           }
-          // level 1: columns 2t, 2t + 1. Every lane now holds key kk's canonical sum; store_row's
-          // quad reduction adds -0 to it twice (x + -0 = x, for +-0 too) when only lane t = kk holds
-          // it and the others -0
-          rs[r][kk] = (t & 2) == 0 && kk == (t & 1) ? fadd_rn(z[0], z[1]) : -0.0f;
-        }
+        // The quad's levels as a reduce-scatter (each add takes the operands the canonical tree
+        // gives it; an add commutes, so the lane that does it does not matter): level 4 (lanes t,
+        // t ^ 2) keeps e = me of both keys, level 2 (t, t ^ 1) keeps key mk, level 1 (e = 0 and 1:
+        // lanes t, t ^ 2) leaves every lane the sum of the key store_row has it store
+        const int me = (t >> 1) & 1, mk = t & 1;
+        float b[2];
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk)  // selects: an array indexed at run time would go to local memory
+          b[kk] = fadd_rn(me ? th[kk][1] : th[kk][0], warp_xor(me ? th[kk][0] : th[kk][1], 2));
+        const float s2 = fadd_rn(mk ? b[1] : b[0], warp_xor(mk ? b[0] : b[1], 1));
+        rs[r][0] = rs[r][1] = fadd_rn(s2, warp_xor(s2, 2));
+      }
       return;
     }
     float part[RPC][2][2];
@@ -917,11 +923,14 @@ struct I8Consumer {
   }
 
   // The quad's partial sums of row r for keys g, g + 8 of M block mb -> lanes t = 0, 1 store
-  // key g + 8t, times its scale.
+  // key g + 8t, times its scale (CANON: every lane holds its key's sum already, unit_sums).
   OPUS_DEV void store_row(int r, const float (&rs)[2], int n0, int mb, float scale) const {
     const bool k_own = t & 1;
-    float v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));
-    v = fadd_rn(v, warp_xor(v, 2));
+    float v = rs[0];
+    if constexpr (!CANON) {
+      v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));
+      v = fadd_rn(v, warp_xor(v, 2));
+    }
     int n = n0 + key_of(mb, k_own ? 1 : 0);
     if constexpr (S::RELU_ALU) v = fmul_rn(v, gscale);
     if (store_mask >> (r * S::MB + mb) & 1u) {

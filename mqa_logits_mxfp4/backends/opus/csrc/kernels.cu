@@ -65,14 +65,16 @@ thread_local opus_error_t last_error = opus_success;
 #define OPUS_FAMILY_i8 sm90::kI8
 #define OPUS_FAMILY_i8u sm90::kI8U
 #define OPUS_FAMILY_i8c sm90::kI8C
+#define OPUS_FAMILY_i8uc sm90::kI8UC
 #endif
 
 #if !OPUS_HIP
 // The sm_90 kernel of a family and its shared memory: the mma.sync bodies (kernel_sm90.cuh), or
 // the wgmma body whose warpgroup 0 produces and the others consume (kernel_sm90_i8.cuh).
 template <int FAMILY, int R, int H, int WARPS, int CTAS,
-          bool I8 = FAMILY == sm90::kI8 || FAMILY == sm90::kI8U || FAMILY == sm90::kI8C>
+          bool I8 = FAMILY == sm90::kI8 || FAMILY == sm90::kI8U || FAMILY == sm90::kI8C || FAMILY == sm90::kI8UC>
 struct SmBody {
+  static constexpr bool uni = false;
   static constexpr int smem = sm90::smem_bytes<FAMILY, R, H, WARPS>();
   static auto kernel() { return sm90::mqa_logits_sm90<FAMILY, R, H, WARPS, CTAS>; }
 };
@@ -82,8 +84,8 @@ template <int FAMILY, int R, int H, int WARPS, int CTAS>
 struct SmBody<FAMILY, R, H, WARPS, CTAS, true> {
   static_assert(WARPS % 4 == 0 && CTAS == 1, "i8: whole warpgroups, one CTA an SM");
   static constexpr bool split = WARPS == 20;
-  static constexpr bool uni = FAMILY == sm90::kI8U;  // the union body (kernel_sm90_union.cuh's pre-pass first)
-  static constexpr bool canon = FAMILY == sm90::kI8C;  // the fast path's head sum in the canonical order
+  static constexpr bool uni = FAMILY == sm90::kI8U || FAMILY == sm90::kI8UC;  // the union body (kernel_sm90_union.cuh's pre-pass first)
+  static constexpr bool canon = FAMILY == sm90::kI8C || FAMILY == sm90::kI8UC;  // the fast path's head sum in the canonical order
   static_assert(!(split && uni), "the union body is the fused i8 body's");
   static constexpr int cons = split ? 2 : WARPS / 4 - 1;
   static constexpr int smem = sm90::i8_smem_bytes<R, H, cons, split, uni>();
@@ -146,7 +148,7 @@ int launch_one(const LaunchArgs& args, opus_stream_t stream) {
   auto kernel = Body::kernel();
   static std::atomic<unsigned long long> opted_in{0};  // this kernel's devices
   if (!opt_in_smem(opted_in, reinterpret_cast<const void*>(kernel), smem)) return kLaunchFailed;
-  if constexpr (FAMILY == sm90::kI8U) {  // the pre-pass once the body can launch: nothing runs alone
+  if constexpr (Body::uni) {  // the pre-pass once the body can launch: nothing runs alone
     if (union_prepass(args, stream) != kLaunched) return kLaunchFailed;
     kernel<<<grid, block, smem, stream>>>(union_view(args));
   } else {

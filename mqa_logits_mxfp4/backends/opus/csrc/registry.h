@@ -40,6 +40,7 @@
 //                order under a rule that keeps every canonical term exact and normal: there the
 //                exact integer block sum is the canonical one, so every tile carries the
 //                canonical bits (docs/numerics.md, "Integer tiles"). Heads <= 64 (one chunk a row)
+//           i8uc sm90a the union body (i8u) with i8c's fast tiles: canonical. Free mode only
 //           mxf4 one scaled MFMA 32x32x64 a scale block on raw E2M1 operands, unit
 //                hardware scales (the E8M0 scales are applied on the VALU)
 //           mxsc gfx950 two scaled MFMAs 32x32x64 over the whole head_dim with the real E8M0
@@ -103,7 +104,11 @@
   X(43, sm90_i8c_r1w12,    sm90,   i8c,  1, 12, 64, 4, 1, 0x7)                 \
   X(44, sm90_i8c_r2w12,    sm90,   i8c,  2, 12, 64, 4, 1, 0x7)                 \
   X(45, sm90_i8c_r4w12,    sm90,   i8c,  4, 12, 64, 4, 1, 0x7)                 \
-  X(46, sm90_i8c_r8w12,    sm90,   i8c,  8, 12, 64, 4, 1, 0x3)
+  X(46, sm90_i8c_r8w12,    sm90,   i8c,  8, 12, 64, 4, 1, 0x3)                 \
+  /* i8uc: the union body with the canonical fast tiles (gather mode, Free mode only) */ \
+  X(47, sm90_i8uc_r2w12,   sm90,   i8uc, 2, 12, 64, 4, 1, 0x7)                 \
+  X(48, sm90_i8uc_r4w12,   sm90,   i8uc, 4, 12, 64, 4, 1, 0x7)                 \
+  X(49, sm90_i8uc_r8w12,   sm90,   i8uc, 8, 12, 64, 4, 1, 0x3)
 
 // Keys of one stage of the i8 body (kernel_sm90_i8.cuh): the sequence's 64-key tiles 4j .. 4j + 3,
 // converted and voted on (fast or canonical path) as one, and what one count of its path_stats
@@ -114,10 +119,10 @@
 // Page sizes every instance serves (keys are gathered one by one through the table).
 #define OPUS_PAGE_SIZES {8, 16, 32, 64, 128}
 #define OPUS_MODES "table,free,prefill"
-// The union body (family i8u): its modes (its windows come from its pre-pass, which the Table
-// schedule cannot see), and the most entries its pre-pass hashes: max_qlen x table columns (MTP 8
-// x 2048 blocks), staged and hashed inside sm_90's 227 KB of shared memory.
-#define OPUS_UNION_FAMILY "i8u"
+// The union bodies (families i8u, i8uc): their modes (their windows come from the pre-pass, which
+// the Table schedule cannot see), and the most entries the pre-pass hashes: max_qlen x table
+// columns (MTP 8 x 2048 blocks), staged and hashed inside sm_90's 227 KB of shared memory.
+#define OPUS_UNION_FAMILIES "i8u,i8uc"
 #define OPUS_UNION_MODES "free"
 #define OPUS_UNION_MAX_ENTRIES 16384
 
