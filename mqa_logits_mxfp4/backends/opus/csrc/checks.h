@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "args.h"
 #include "fastdiv.h"
@@ -55,17 +56,14 @@ struct CallDesc {
 
 // The union bodies (families i8u, i8uc; registry.h's OPUS_UNION_*).
 constexpr int64_t kUnionMaxEntries = OPUS_UNION_MAX_ENTRIES;
-inline bool is_union_family(const InstanceInfo& inst) {  // a name of OPUS_UNION_FAMILIES' list
-  const char* list = OPUS_UNION_FAMILIES;
-  const size_t n = std::strlen(inst.family);
-  for (const char* p = list; *p;) {
-    const char* end = std::strchr(p, ',');
-    const size_t len = end ? size_t(end - p) : std::strlen(p);
-    if (len == n && std::strncmp(p, inst.family, n) == 0) return true;
-    if (!end) break;
-    p = end + 1;
+inline bool is_union_family(const InstanceInfo& inst) {  // a name of OPUS_UNION_FAMILIES' comma list
+  const std::string_view list = OPUS_UNION_FAMILIES, family = inst.family;
+  for (size_t at = 0;;) {
+    const size_t end = list.find(',', at);  // npos for the last name: substr takes the rest
+    if (list.substr(at, end - at) == family) return true;
+    if (end == std::string_view::npos) return false;
+    at = end + 1;
   }
-  return false;
 }
 
 namespace detail {
