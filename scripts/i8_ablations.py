@@ -959,6 +959,134 @@ EDITS["storeafter"] = [
      _UNIT_MMA + "      wgmma_commit();\n      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n"),
 ]
 
+# judge: the stage's vote and its keys' offsets and factors made by the producer warpgroup's
+# spare warp 3 (every consumer's stages, in order) as each stage lands, written beside the slot
+# (I8Smem::jv, joffs, jfactor) and published on a per-slot barrier (judged) the consumers wait
+# on instead of `full`: no warpgroup barrier, no scale reads or min/max in the consumers' stage;
+# the consumer compares the stage's smallest and largest scored byte with its group's bounds.
+# The same rule and verdict (exact). Non-SPLIT bodies.
+_JUDGE = '''
+// judge (the i8_ablations variant): warp 3 of the producer warpgroup judges every consumer's
+// stages as they land: per key its block offsets and factor, per stage the scored keys' smallest
+// and largest scale byte and whether every scored key's spread is within kI8KeySpread.
+template <int R, int H, int CONS, bool SPLIT, bool UNION>
+struct I8Judge {
+  using S = I8Shape<R, H, CONS, SPLIT>;
+  const LaunchArgs& args;
+  I8Smem<R, H, CONS, SPLIT, UNION>& sm;
+  int lane;
+  RingPos<S::STAGES> ring[CONS];
+  template <int C>
+  OPUS_DEV void stage(int n0, int vbeg, int vend) {
+    RingPos<S::STAGES>& rp = ring[C];
+    mbar_wait(&sm.full[C][rp.slot], rp.phase);
+    const uint32_t* sc = sm.stage[C][rp.slot].scale;
+    uint32_t* jo = sm.joffs[C][rp.slot];
+    float* jf = sm.jfactor[C][rp.slot];
+    int lo = 255, hi = 0;
+    bool spread = true;
+#pragma unroll 2
+    for (int i = 0; i < S::KEYS / 32; ++i) {
+      const int k = lane + 32 * i;
+      const uint32_t s = sc[k];
+      const int mn = min4(s), mx = max4(s);
+      if (uint32_t(n0 + k - vbeg) < uint32_t(vend - vbeg)) {
+        lo = imin(lo, mn);
+        hi = imax(hi, mx);
+        spread = spread && mx - mn <= kI8KeySpread;
+      }
+      jo[k] = i8_key_offsets(s, mn);
+      jf[k] = i8_key_factor(mn);
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+      lo = imin(lo, __shfl_xor_sync(0xFFFFFFFFu, lo, m));
+      hi = imax(hi, __shfl_xor_sync(0xFFFFFFFFu, hi, m));
+    }
+    spread = __all_sync(0xFFFFFFFFu, spread);
+    if (lane == 0) sm.jv[C][rp.slot] = uint32_t(lo) | uint32_t(hi) << 8 | (spread ? 1u << 16 : 0u);
+    mbar_arrive(&sm.judged[C][rp.slot]);
+    rp.advance();
+  }
+  OPUS_DEV void piece(const Piece& p) {
+    int gbeg, gend;
+    group_keys<R, UNION>(args, p, gbeg, gend);
+    const int kbeg = piece_first_key(p, gbeg), kend = imin(gend, p.t1 * kBlockN);
+    if (kbeg >= kend) return;
+#pragma unroll 1
+    for (int n0 = stage_start<S::MB>(kbeg / kBlockN); n0 < kend; n0 += S::KEYS * CONS) {
+      stage<0>(n0, gbeg, gend);
+      if constexpr (CONS > 1) if (n0 + S::KEYS < kend) stage<1>(n0 + S::KEYS, gbeg, gend);
+      if constexpr (CONS > 2) if (n0 + 2 * S::KEYS < kend) stage<2>(n0 + 2 * S::KEYS, gbeg, gend);
+    }
+  }
+};
+
+// ------------------------------------------------------------------------------------ consumer
+'''
+EDITS["judge"] = [
+    ("  uint64_t empty[CONS][S::STAGES];\n  int range[4];\n",
+     "  uint64_t empty[CONS][S::STAGES];\n  uint64_t judged[CONS][S::STAGES];\n  uint32_t jv[CONS][S::STAGES];\n"
+     "  uint32_t joffs[CONS][S::STAGES][S::KEYS];\n  float jfactor[CONS][S::STAGES][S::KEYS];\n  int range[4];\n"),
+    ("\n// ------------------------------------------------------------------------------------ consumer\n", _JUDGE),
+    ("        mbar_init(&sm.empty[c][s], 128);  // SPLIT: the converter (fast stages) or the consumer (canonical)\n",
+     "        mbar_init(&sm.empty[c][s], 128);  // SPLIT: the converter (fast stages) or the consumer (canonical)\n"
+     "        mbar_init(&sm.judged[c][s], 32);\n"),
+    ("    if (tid / 32 >= CONS) return;\n",
+     "    if constexpr (!SPLIT) {\n      if (tid / 32 == 3) {\n"
+     "        I8Judge<R, H, CONS, SPLIT, UNION> judge{args, sm, lane};\n"
+     "        while (walk.next(args, R, p))\n          if (p.r1 > p.r0 && p.t1 > p.t0) judge.piece(p);\n"
+     "        return;\n      }\n    }\n"
+     "    if (tid / 32 >= CONS) return;\n"),
+    # the consumer's stage: the judged barrier, the verdict from the judge's word
+    ("  OPUS_DEV void stage(int n0) {\n    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n",
+     "  OPUS_DEV void stage(int n0) {\n    mbar_wait(&sm.judged[c][ring.slot], ring.phase);\n"
+     "    mbar_wait(&sm.full[c][ring.slot], ring.phase);  // complete already: the bulk copies' bytes seen by this thread\n"),
+    ("""    uint32_t my_scale[S::VK];
+    int my_kmin[S::VK];
+#pragma unroll
+    for (int v = 0; v < S::VK; ++v) {
+      my_scale[v] = st.scale[judged_key(v)];
+      my_kmin[v] = min4(my_scale[v]);
+    }
+""", ""),
+    ("""    if (khi > 0) {  // uniform: the group's verdict
+      bool ok = true;
+#pragma unroll
+      for (int v = 0; v < S::VK; ++v)
+        ok &= i8_key_fast(my_kmin[v], max4(my_scale[v]), n0 + judged_key(v), vbeg, vend, khi, klo);
+      fast = bar_and(2 + c, 128, ok);  // the stage's one vote: all its keys in [vbeg, vend)
+    }
+""", """    (void)vbeg;
+    (void)vend;
+    if (khi > 0) {  // uniform: the group's verdict and the judge's word
+      const uint32_t jw = sm.jv[c][ring.slot];
+      fast = (jw >> 16 & 1u) && int(jw & 0xFFu) >= klo && int(jw >> 8 & 0xFFu) <= khi;
+    }
+"""),
+    ("""      for (int v = 0; v < S::VK; ++v) {
+        offsets[v] = i8_key_offsets(my_scale[v], my_kmin[v]);
+        factor[v] = i8_key_factor(my_kmin[v]);
+      }
+""", """      for (int v = 0; v < S::VK; ++v) {
+        offsets[v] = 0u;
+        factor[v] = 0.0f;
+      }
+"""),
+    ("""        const uint32_t off = pick(offsets, mb >> 1);
+        int d[2];
+#pragma unroll
+        for (int k = 0; k < 2; ++k)  // block t's offset: 0..2 on every scored key
+          d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;
+        scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));  // the key this lane stores
+""", """        int d[2];
+#pragma unroll
+        for (int k = 0; k < 2; ++k)  // block t's offset: 0..2 on every scored key
+          d[k] = int(sm.joffs[c][ring.slot][key_of(mb, k)] >> (8 * t)) & 3;
+        scale[ml & 1] = sm.jfactor[c][ring.slot][key_of(mb, t & 1)];  // the key this lane stores
+"""),
+]
+
 COMBOS = {"descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
