@@ -1118,6 +1118,101 @@ _SLICE_NEW = """OPUS_HD void i8_bias_slice(int qsum, uint32_t (&w)[8]) {
 """
 EDITS["fastslice"] = [("i8_encode.h", _SLICE_OLD, _SLICE_NEW)]
 
+# qstage: the group set-up's query inputs (the rows' q bytes by one bulk copy, their scale words
+# and weights) staged in shared memory by the producer warpgroup's spare warp 3, one piece ahead
+# of the consumers (a single buffer: filled again once the consumers' set-up has read it), so a
+# set-up reads shared memory instead of waiting a global round trip after its rows' windows. The
+# same values, so the same bits. Non-SPLIT bodies.
+_QSTAGER = '''
+// qstage (the i8_ablations variant): warp 3 of the producer warpgroup stages each piece's query
+// inputs for the consumers' set-up: the live rows' q bytes (one bulk copy), scale words and
+// weights, on qfull; the consumers hand the buffer back on qempty once their set-up has read it.
+template <int R, int H, int CONS, bool SPLIT, bool UNION>
+struct I8QStager {
+  using S = I8Shape<R, H, CONS, SPLIT>;
+  const LaunchArgs& args;
+  I8Smem<R, H, CONS, SPLIT, UNION>& sm;
+  int lane;
+  uint32_t phase = 0;
+  OPUS_DEV void piece(const Piece& p) {
+    const int r0 = p.r0, n = (imin(p.r1, p.r0 + R) - r0) * H;  // live columns
+    mbar_wait(&sm.qempty, phase ^ 1u);
+    const uint32_t bytes = uint32_t(n * kHeadBytes);
+    if (lane == 0) mbar_expect_tx(&sm.qfull, bytes);
+    __syncwarp();
+    if (lane == 0) bulk_copy(sm.qst.q, args.q + (long long)r0 * H * kHeadBytes, bytes, &sm.qfull);
+    constexpr int PER = (S::N + 31) / 32;
+    uint32_t qs[PER];
+    float w[PER];
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int col = lane + 32 * i, row = r0 + col / H, h = col % H;
+      qs[i] = 0u;
+      w[i] = 0.0f;
+      if (col < n) {
+        qs[i] = *reinterpret_cast<const uint32_t*>(args.q_scale + ((long long)row * H + h) * kScaleBlocks);
+        w[i] = head_weight(args, row, h);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int col = lane + 32 * i;
+      if (col < n) {
+        sm.qst.qs[col] = qs[i];
+        sm.qst.w[col] = w[i];
+      }
+    }
+    mbar_arrive(&sm.qfull);
+    phase ^= 1u;
+  }
+};
+
+// ------------------------------------------------------------------------------------ consumer
+'''
+EDITS["qstage"] = [
+    ("  I8GroupKeys<R> keys[CONS];          // per consumer warpgroup (each reads its own at each stage)\n",
+     "  I8GroupKeys<R> keys[CONS];          // per consumer warpgroup (each reads its own at each stage)\n"
+     "  struct alignas(128) QStage {\n    uint32_t q[S::N * 16];\n    uint32_t qs[S::N];\n    float w[S::N];\n  } qst;\n"
+     "  uint64_t qfull, qempty;\n"),
+    ("\n// ------------------------------------------------------------------------------------ consumer\n", _QSTAGER),
+    ("  if (tid < 4) sm.tables[tid] = i8_table(tid);\n",
+     "  if (tid == 0 && !SPLIT) {\n    mbar_init(&sm.qfull, 32);\n    mbar_init(&sm.qempty, S::CT);\n  }\n"
+     "  if (tid < 4) sm.tables[tid] = i8_table(tid);\n"),
+    ("    if (tid / 32 >= CONS) return;\n",
+     "    if constexpr (!SPLIT) {\n      if (tid / 32 == 3) {\n"
+     "        I8QStager<R, H, CONS, SPLIT, UNION> stager{args, sm, lane};\n"
+     "        while (walk.next(args, R, p))\n          if (p.r1 > p.r0 && p.t1 > p.t0) stager.piece(p);\n"
+     "        return;\n      }\n    }\n"
+     "    if (tid / 32 >= CONS) return;\n"),
+    # the consumers: read the staged buffer, hand it back
+    ("      words[i] = 0u;\n      if (idx < S::N * 16 && row < r1)\n"
+     "        words[i] = *reinterpret_cast<const uint32_t*>(args.q + ((long long)row * H + h) * kHeadBytes + 16 * blk + 4 * j);\n",
+     "      words[i] = 0u;\n      if (idx < S::N * 16 && row < r1) {\n"
+     "        if constexpr (SPLIT)\n"
+     "          words[i] = *reinterpret_cast<const uint32_t*>(args.q + ((long long)row * H + h) * kHeadBytes + 16 * blk + 4 * j);\n"
+     "        else\n          words[i] = sm.qst.q[idx];\n      }\n"),
+    ("      const uint32_t qs = live ? *reinterpret_cast<const uint32_t*>(args.q_scale + ((long long)row * H + h) * kScaleBlocks)\n"
+     "                               : 0x7F7F7F7Fu;\n      const float wv = live ? head_weight(args, row, h) : 0.0f;\n",
+     "      uint32_t qs = 0x7F7F7F7Fu;\n      float wv = 0.0f;\n      if (live) {\n        if constexpr (SPLIT) {\n"
+     "          qs = *reinterpret_cast<const uint32_t*>(args.q_scale + ((long long)row * H + h) * kScaleBlocks);\n"
+     "          wv = head_weight(args, row, h);\n        } else {\n          qs = sm.qst.qs[n];\n          wv = sm.qst.w[n];\n        }\n      }\n"),
+    ("    else\n      bar_sync(1, S::CT);  // every consumer is done with the previous group\n",
+     "    else\n      bar_sync(1, S::CT);  // every consumer is done with the previous group\n"
+     "    if constexpr (!SPLIT) mbar_wait(&sm.qfull, qphase);  // the staged query inputs\n"),
+    ("    bar_sync(SPLIT ? kBarGroupReady : 1, SPLIT ? S::THREADS - 128 : S::CT);  // SPLIT: the converters read khi\n",
+     "    bar_sync(SPLIT ? kBarGroupReady : 1, SPLIT ? S::THREADS - 128 : S::CT);  // SPLIT: the converters read khi\n"
+     "    if constexpr (!SPLIT) qstage_done();\n"),
+    ("    if (kbeg >= kend) return;  // the producer skips it too\n    setup_group(p, gbeg, gend, kbeg);\n",
+     "    if (kbeg >= kend) {  // the producer skips it too; the staged inputs are handed back unread\n"
+     "      if constexpr (!SPLIT) {\n        mbar_wait(&sm.qfull, qphase);\n        qstage_done();\n      }\n      return;\n    }\n"
+     "    setup_group(p, gbeg, gend, kbeg);\n"),
+    ("  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n",
+     "  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n"
+     "  uint32_t qphase = 0;  // qstage: the staged buffer's phase\n"
+     "  OPUS_DEV void qstage_done() {\n    fence_async_smem();  // the next bulk copy writes what this thread read\n"
+     "    mbar_arrive(&sm.qempty);\n    qphase ^= 1u;\n  }\n"),
+]
+
 COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
