@@ -1213,6 +1213,14 @@ EDITS["qstage"] = [
      "    mbar_arrive(&sm.qempty);\n    qphase ^= 1u;\n  }\n"),
 ]
 
+# carve100: every kernel asks the runtime for the largest shared-memory carve-out (228 KB, the
+# SM's L1 down to 28 KB) instead of the smallest that fits its shared memory: what the L1 is worth
+# to each kernel (the twenty-fourth session's qstage lost 3-6.5% where it crossed a step). Exact.
+EDITS["carve100"] = [("kernels.cu",
+    "    if ((last_error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) != opus_success)\n      return false;\n",
+    "    if ((last_error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) != opus_success)\n      return false;\n"
+    "    if ((last_error = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100)) != opus_success)\n      return false;\n")]
+
 COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
