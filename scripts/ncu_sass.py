@@ -6,10 +6,13 @@ NCU_SASS=1). Output, in text:
   - the totals: stall samples, warp instructions executed;
   - each barrier-delimited segment and each loop (a backward branch and its target), with its
     share of the samples and of the executed instructions and its three largest stall reasons;
-  - the top lines by samples, each with its reasons.
+  - the top lines by samples, each with its reasons;
+  - with --opcodes, the hottest loop's lines (or --range FIRST-LAST's) by opcode: executed
+    instructions, samples, samples an executed instruction and the reasons -- e.g. whether the
+    dispatch stalls sit on the epilogue's FMNMX / FFMA or on the conversion's PRMT / IMAD.
 Offsets are from the kernel's first instruction, as `cuobjdump -sass` prints them.
 
-  python3 scripts/ncu_sass.py sass-sm90_i8_r2w12.csv [--top 25]
+  python3 scripts/ncu_sass.py sass-sm90_i8_r2w12.csv [--top 25] [--opcodes [--range 0x1d00-0x2a00]]
 """
 
 from __future__ import annotations
@@ -103,7 +106,42 @@ def _top_reasons(reasons: dict[str, float], total: float, n: int = 3) -> str:
     return ", ".join(f"{k} {v / total:.0%}" for k, v in best) if total else ""
 
 
-def summarize(path: Path, top: int = 25) -> str:
+def opcode(text: str) -> str:
+    """A line's opcode without its modifiers or predicate: `@!P0 FFMA.FTZ R1, ...` -> FFMA."""
+    words = text.split()
+    word = words[1] if words and words[0].startswith("@") and len(words) > 1 else (words[0] if words else "?")
+    return word.split(".")[0]
+
+
+def by_opcode(lines: list[Line], first: int, last: int) -> dict[str, tuple[float, float, dict[str, float]]]:
+    """Executed instructions, stall samples and samples by reason of each opcode in [first, last]."""
+    out: dict[str, tuple[float, float, dict[str, float]]] = {}
+    for x in lines:
+        if first <= x.offset <= last:
+            e, s, r = out.get(opcode(x.text), (0.0, 0.0, {}))
+            r = dict(r)
+            for k, v in x.reasons.items():
+                r[k] = r.get(k, 0.0) + v
+            out[opcode(x.text)] = (e + x.executed, s + x.samples, r)
+    return out
+
+
+def hottest_loop(lines: list[Line], base: int) -> tuple[int, int] | None:
+    """The loop (a backward branch and its target) with the most stall samples."""
+    found = loops(lines, base)
+    return max(found, key=lambda ab: span_totals(lines, *ab)[0]) if found else None
+
+
+def opcode_table(lines: list[Line], first: int, last: int) -> list[str]:
+    ops = by_opcode(lines, first, last)
+    total = sum(s for _, s, _ in ops.values()) or 1.0
+    out = [f"by opcode, {first:#07x}-{last:#07x}: executed, samples (share), samples an executed instruction, reasons"]
+    for name, (e, s, r) in sorted(ops.items(), key=lambda kv: -kv[1][1]):
+        out.append(f"  {name:10s} {int(e):>10d} {s / total:6.1%} {s / e if e else 0.0:8.4f}  {_top_reasons(r, s, 4)}")
+    return out
+
+
+def summarize(path: Path, top: int = 25, opcodes: bool = False, span: tuple[int, int] | None = None) -> str:
     kernel, base, lines = read(path)
     samples = sum(x.samples for x in lines) or 1.0
     executed = sum(x.executed for x in lines) or 1.0
@@ -124,6 +162,9 @@ def summarize(path: Path, top: int = 25) -> str:
     for x in sorted(lines, key=lambda x: -x.samples)[:top]:
         out.append(f"  {x.offset:#07x} {x.samples / samples:6.1%} exec {int(x.executed):>9d}  {x.text[:56]:56s} "
                    f"{_top_reasons(x.reasons, x.samples)}")
+    if opcodes:
+        span = span or hottest_loop(lines, base)
+        out += opcode_table(lines, *span) if span else ["by opcode: no loop found (give --range)"]
     return "\n".join(out)
 
 
@@ -131,8 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv", type=Path, help="ncu --page source --print-source sass --csv output")
     ap.add_argument("--top", type=int, default=25, help="how many lines to list (default 25)")
+    ap.add_argument("--opcodes", action="store_true", help="also the hottest loop's lines (or --range's) by opcode")
+    ap.add_argument("--range", metavar="FIRST-LAST", help="offsets for --opcodes, e.g. 0x1d00-0x2a00")
     args = ap.parse_args(argv)
-    print(summarize(args.csv, args.top))
+    span = tuple(int(v, 16) for v in args.range.split("-")) if args.range else None
+    print(summarize(args.csv, args.top, args.opcodes or span is not None, span))
     return 0
 
 

@@ -137,3 +137,12 @@ def test_ncu_sass_sums_segments_loops_and_lines(tmp_path):
     assert text[0] == "k(Args): 100 stall samples, 330 warp instructions executed, 6 lines"
     assert "samples  78.0%  executed  90.9%  short_sb 82%, wait 18%" in next(t for t in text if t.startswith("  loop"))
     assert text[-1].startswith("  0x00020  60.0% exec       100  ISETP.NE.AND")
+    # by opcode: the hottest loop (the only one) without its predicate and modifiers
+    assert mod.opcode("@P0 BRA 0x10") == "BRA" and mod.opcode("ISETP.NE.AND P0, PT, R3, R5, PT") == "ISETP"
+    assert mod.hottest_loop(lines, base) == (0x10, 0x30)
+    ops = mod.by_opcode(lines, 0x10, 0x30)
+    assert ops == {"LDS": (100.0, 10.0, {"short_sb": 9.0, "wait": 1.0}), "ISETP": (100.0, 60.0, {"short_sb": 55.0, "wait": 5.0}),
+                   "BRA": (100.0, 8.0, {"wait": 8.0})}
+    table = mod.summarize(path, top=1, opcodes=True).splitlines()
+    assert table[-4].startswith("by opcode, 0x00010-0x00030")
+    assert table[-3].split()[:4] == ["ISETP", "100", "76.9%", "0.6000"]
