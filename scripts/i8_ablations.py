@@ -26,6 +26,8 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,viadd --ids 20,16,17,18  # no bias slice: the relu takes the bias back (VIADDMNMX)
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,judge,qstage,carve100 --ids 20,16,17,18  # work for the idle producer warp; the L1
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,pc4,onesetup,onesetuppc4 --ids 20,16,17  # a free later set-up's bound
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
     python3 scripts/i8_ablations.py --summarize log   # the medians as a markdown table, changes from base
     python3 scripts/i8_ablations.py --apply prefetchq   # land an exact variant the H200 measured (then the GPU suite)
