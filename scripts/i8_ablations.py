@@ -961,22 +961,41 @@ EDITS["storeafter"] = [
      _UNIT_MMA + "      wgmma_commit();\n      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n"),
 ]
 
+# The variants that give the producer warpgroup's spare warp 3 (it produces for no consumer:
+# at most three) a job: a struct for it, inserted before the consumer's banner, and the producer
+# branch that runs it over the pieces every thread walks (non-SPLIT bodies).
+_CONSUMER_BANNER = "\n// ------------------------------------------------------------------------------------ consumer\n"
+
+
+def _spare_warp_struct(name: str, comment: str, members: str) -> tuple[str, str]:
+    """The edit that inserts struct `name` (its own members and functions after the shared ones)."""
+    return (_CONSUMER_BANNER,
+            f"\n{comment}template <int R, int H, int CONS, bool SPLIT, bool UNION>\nstruct {name} {{\n"
+            "  using S = I8Shape<R, H, CONS, SPLIT>;\n  const LaunchArgs& args;\n"
+            f"  I8Smem<R, H, CONS, SPLIT, UNION>& sm;\n  int lane;\n{members}}};\n{_CONSUMER_BANNER}")
+
+
+def _spare_warp_run(name: str, var: str) -> tuple[str, str]:
+    """The edit that has warp 3 run struct `name`'s piece() over the walk, then return."""
+    return ("    if (tid / 32 >= CONS) return;\n",
+            f"    if constexpr (!SPLIT) {{\n      if (tid / 32 == 3) {{\n"
+            f"        {name}<R, H, CONS, SPLIT, UNION> {var}{{args, sm, lane}};\n"
+            f"        while (walk.next(args, R, p))\n          if (p.r1 > p.r0 && p.t1 > p.t0) {var}.piece(p);\n"
+            "        return;\n      }\n    }\n"
+            "    if (tid / 32 >= CONS) return;\n")
+
+
 # judge: the stage's vote and its keys' offsets and factors made by the producer warpgroup's
 # spare warp 3 (every consumer's stages, in order) as each stage lands, written beside the slot
 # (I8Smem::jv, joffs, jfactor) and published on a per-slot barrier (judged) the consumers wait
 # on instead of `full`: no warpgroup barrier, no scale reads or min/max in the consumers' stage;
 # the consumer compares the stage's smallest and largest scored byte with its group's bounds.
 # The same rule and verdict (exact). Non-SPLIT bodies.
-_JUDGE = '''
+_JUDGE = _spare_warp_struct("I8Judge", '''\
 // judge (the i8_ablations variant): warp 3 of the producer warpgroup judges every consumer's
 // stages as they land: per key its block offsets and factor, per stage the scored keys' smallest
 // and largest scale byte and whether every scored key's spread is within kI8KeySpread.
-template <int R, int H, int CONS, bool SPLIT, bool UNION>
-struct I8Judge {
-  using S = I8Shape<R, H, CONS, SPLIT>;
-  const LaunchArgs& args;
-  I8Smem<R, H, CONS, SPLIT, UNION>& sm;
-  int lane;
+''', '''\
   RingPos<S::STAGES> ring[CONS];
   template <int C>
   OPUS_DEV void stage(int n0, int vbeg, int vend) {
@@ -1022,24 +1041,16 @@ struct I8Judge {
       if constexpr (CONS > 2) if (n0 + 2 * S::KEYS < kend) stage<2>(n0 + 2 * S::KEYS, gbeg, gend);
     }
   }
-};
-
-// ------------------------------------------------------------------------------------ consumer
-'''
+''')
 EDITS["judge"] = [
     ("  uint64_t empty[CONS][S::STAGES];\n  int range[4];\n",
      "  uint64_t empty[CONS][S::STAGES];\n  uint64_t judged[CONS][S::STAGES];\n  uint32_t jv[CONS][S::STAGES];\n"
      "  uint32_t joffs[CONS][S::STAGES][S::KEYS];\n  float jfactor[CONS][S::STAGES][S::KEYS];\n  int range[4];\n"),
-    ("\n// ------------------------------------------------------------------------------------ consumer\n", _JUDGE),
+    _JUDGE,
     ("        mbar_init(&sm.empty[c][s], 128);  // SPLIT: the converter (fast stages) or the consumer (canonical)\n",
      "        mbar_init(&sm.empty[c][s], 128);  // SPLIT: the converter (fast stages) or the consumer (canonical)\n"
      "        mbar_init(&sm.judged[c][s], 32);\n"),
-    ("    if (tid / 32 >= CONS) return;\n",
-     "    if constexpr (!SPLIT) {\n      if (tid / 32 == 3) {\n"
-     "        I8Judge<R, H, CONS, SPLIT, UNION> judge{args, sm, lane};\n"
-     "        while (walk.next(args, R, p))\n          if (p.r1 > p.r0 && p.t1 > p.t0) judge.piece(p);\n"
-     "        return;\n      }\n    }\n"
-     "    if (tid / 32 >= CONS) return;\n"),
+    _spare_warp_run("I8Judge", "judge"),
     # the consumer's stage: the judged barrier, the verdict from the judge's word
     ("  OPUS_DEV void stage(int n0) {\n    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n",
      "  OPUS_DEV void stage(int n0) {\n    mbar_wait(&sm.judged[c][ring.slot], ring.phase);\n"
@@ -1125,16 +1136,11 @@ EDITS["fastslice"] = [("i8_encode.h", _SLICE_OLD, _SLICE_NEW)]
 # of the consumers (a single buffer: filled again once the consumers' set-up has read it), so a
 # set-up reads shared memory instead of waiting a global round trip after its rows' windows. The
 # same values, so the same bits. Non-SPLIT bodies.
-_QSTAGER = '''
+_QSTAGER = _spare_warp_struct("I8QStager", '''\
 // qstage (the i8_ablations variant): warp 3 of the producer warpgroup stages each piece's query
 // inputs for the consumers' set-up: the live rows' q bytes (one bulk copy), scale words and
 // weights, on qfull; the consumers hand the buffer back on qempty once their set-up has read it.
-template <int R, int H, int CONS, bool SPLIT, bool UNION>
-struct I8QStager {
-  using S = I8Shape<R, H, CONS, SPLIT>;
-  const LaunchArgs& args;
-  I8Smem<R, H, CONS, SPLIT, UNION>& sm;
-  int lane;
+''', '''\
   uint32_t phase = 0;
   OPUS_DEV void piece(const Piece& p) {
     const int r0 = p.r0, n = (imin(p.r1, p.r0 + R) - r0) * H;  // live columns
@@ -1167,25 +1173,17 @@ struct I8QStager {
     mbar_arrive(&sm.qfull);
     phase ^= 1u;
   }
-};
-
-// ------------------------------------------------------------------------------------ consumer
-'''
+''')
 EDITS["qstage"] = [
     ("  I8GroupKeys<R> keys[CONS];          // per consumer warpgroup (each reads its own at each stage)\n",
      "  I8GroupKeys<R> keys[CONS];          // per consumer warpgroup (each reads its own at each stage)\n"
      "  struct alignas(128) QStage {\n    uint32_t q[S::N * 16];\n    uint32_t qs[S::N];\n    float w[S::N];\n  } qst;\n"
      "  uint64_t qfull, qempty;\n"),
-    ("\n// ------------------------------------------------------------------------------------ consumer\n", _QSTAGER),
+    _QSTAGER,
     ("  if (tid < 4) sm.tables[tid] = i8_table(tid);\n",
      "  if (tid == 0 && !SPLIT) {\n    mbar_init(&sm.qfull, 32);\n    mbar_init(&sm.qempty, S::CT);\n  }\n"
      "  if (tid < 4) sm.tables[tid] = i8_table(tid);\n"),
-    ("    if (tid / 32 >= CONS) return;\n",
-     "    if constexpr (!SPLIT) {\n      if (tid / 32 == 3) {\n"
-     "        I8QStager<R, H, CONS, SPLIT, UNION> stager{args, sm, lane};\n"
-     "        while (walk.next(args, R, p))\n          if (p.r1 > p.r0 && p.t1 > p.t0) stager.piece(p);\n"
-     "        return;\n      }\n    }\n"
-     "    if (tid / 32 >= CONS) return;\n"),
+    _spare_warp_run("I8QStager", "stager"),
     # the consumers: read the staged buffer, hand it back
     ("      words[i] = 0u;\n      if (idx < S::N * 16 && row < r1)\n"
      "        words[i] = *reinterpret_cast<const uint32_t*>(args.q + ((long long)row * H + h) * kHeadBytes + 16 * blk + 4 * j);\n",

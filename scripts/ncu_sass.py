@@ -109,20 +109,21 @@ def _top_reasons(reasons: dict[str, float], total: float, n: int = 3) -> str:
 def opcode(text: str) -> str:
     """A line's opcode without its modifiers or predicate: `@!P0 FFMA.FTZ R1, ...` -> FFMA."""
     words = text.split()
-    word = words[1] if words and words[0].startswith("@") and len(words) > 1 else (words[0] if words else "?")
-    return word.split(".")[0]
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0] if words else "?"
 
 
 def by_opcode(lines: list[Line], first: int, last: int) -> dict[str, tuple[float, float, dict[str, float]]]:
     """Executed instructions, stall samples and samples by reason of each opcode in [first, last]."""
-    out: dict[str, tuple[float, float, dict[str, float]]] = {}
+    groups: dict[str, list[Line]] = {}
     for x in lines:
         if first <= x.offset <= last:
-            e, s, r = out.get(opcode(x.text), (0.0, 0.0, {}))
-            r = dict(r)
-            for k, v in x.reasons.items():
-                r[k] = r.get(k, 0.0) + v
-            out[opcode(x.text)] = (e + x.executed, s + x.samples, r)
+            groups.setdefault(opcode(x.text), []).append(x)
+    out = {}
+    for name, group in groups.items():
+        samples, executed, reasons = span_totals(group, first, last)
+        out[name] = (executed, samples, reasons)
     return out
 
 
