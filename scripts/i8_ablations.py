@@ -26,7 +26,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,viadd --ids 20,16,17,18  # no bias slice: the relu takes the bias back (VIADDMNMX)
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
-    python3 scripts/i8_ablations.py --out .gl/abl --variants base,judge,qstage,carve100 --ids 20,16,17,18  # work for the idle producer warp; the L1
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,judge,carve100 --ids 20,16,17,18  # work for the idle producer warp; the L1
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,pc4,onesetup,onesetuppc4 --ids 20,16,17  # a free later set-up's bound
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
     python3 scripts/i8_ablations.py --summarize log   # the medians as a markdown table, changes from base
@@ -469,6 +469,10 @@ EDITS["ssplacenobar"] = [(old, new.replace("          bar_sync(2 + c, 128);\n", 
 # for every piece)
 EDITS["unrollsetup"] = [("  static constexpr bool ROLL_SETUP = OPERAND_WORDS >= 8;\n",
                          "  static constexpr bool ROLL_SETUP = false;\n")]
+# The consumer's skip of a piece it has no keys of (several variants edit around it).
+_SKIP = ("    if (kbeg >= kend) {  // the producer skips it too; QSTAGE: its staged inputs go back unread\n"
+         "      if constexpr (S::QSTAGE) {\n        mbar_wait(&sm.qst.full, qphase);\n        qstage_done();\n      }\n"
+         "      return;\n    }\n")
 # ctaends with each consumer warpgroup's account (the harness's kConsWords words a consumer after
 # the CTA's four): its stages in the first piece and in all, the cycles its thread 0 waited on
 # full stages, and when its first piece ended, its second piece's set-up ended and it ended.
@@ -477,9 +481,9 @@ EDITS["piecetimes"] = EDITS["ctaends"] + [
     (_STAGE_TOP,
      "  long long waited = 0;\n  int nstages = 0, npiece = 0;\n" + _TIMED_STAGE_TOP
      + "    waited += clock64() - w0;\n    ++nstages;\n"),
-    ("    if (kbeg >= kend) return;  // the producer skips it too\n    setup_group(p, gbeg, gend, kbeg);\n",
-     "    if (kbeg >= kend) return;  // the producer skips it too\n"
-     "    const bool rec = args.path_stats && ct % 128 == 0;\n"
+    (_SKIP + "    setup_group(p, gbeg, gend, kbeg);\n",
+     _SKIP
+     + "    const bool rec = args.path_stats && ct % 128 == 0;\n"
      "    if (rec && npiece == 1) {\n      " + _cons_rec("c") + "0] = nstages;\n      " + _cons_rec("c") + "3] = stamp_now();\n    }\n"
      "    setup_group(p, gbeg, gend, kbeg);\n"
      "    if (rec && npiece == 1) " + _cons_rec("c") + "4] = stamp_now();\n    ++npiece;\n"),
@@ -691,13 +695,11 @@ EDITS["voteahead"] = [
      '        stage(n0);\n'
      '      }\n'
      '    }')),
-    ((
-     '    if (kbeg >= kend) return;  // the producer skips it too\n'
+    (_SKIP + (
      '    setup_group(p, gbeg, gend, kbeg);\n'
      '#pragma unroll 1\n'
      '    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;'),
-     (
-     '    if (kbeg >= kend) return;  // the producer skips it too\n'
+     _SKIP + (
      '    setup_group(p, gbeg, gend, kbeg);\n'
      '    if constexpr (!SPLIT) {\n'
      '      const int first = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;\n'
@@ -759,7 +761,7 @@ EDITS["rollprefill"] = [("    if (ROLL_SETUP && args.mode != kModePrefill)\n", "
 EDITS["onesetup"] = [
     ("  OPUS_DEV void piece(const Piece& p) {\n    int gbeg, gend;\n    group_keys<R, UNION>(args, p, gbeg, gend);\n"
      "    const int kbeg = piece_first_key(p, gbeg);\n    kend = imin(gend, p.t1 * kBlockN);\n"
-     "    if (kbeg >= kend) return;  // the producer skips it too\n    setup_group(p, gbeg, gend, kbeg);\n",
+     + _SKIP + "    setup_group(p, gbeg, gend, kbeg);\n",
      "  bool set_up = false;\n"
      "  OPUS_DEV void setup_light(const Piece& p, int gbeg, int gend, int kbeg) {\n"
      "    r0 = p.r0;\n    r1 = imin(p.r1, p.r0 + R);\n    const int wr = ct % 128;\n"
@@ -771,12 +773,13 @@ EDITS["onesetup"] = [
      "      sm.optr[wr] = static_cast<char*>(args.out) + wbase * kOutBytes<NARROW>;\n    }\n"
      "    if (wr == 0) {\n      sm.keys[c].vbeg = gbeg;\n      sm.keys[c].vend = gend;\n    }\n"
      "    bar_sync(8 + c, 128);\n"
+     "    if constexpr (S::QSTAGE) {  // the stager's buffer back, unread\n      mbar_wait(&sm.qst.full, qphase);\n      qstage_done();\n    }\n"
      "    if constexpr (ROWS_IN_REGS) {\n#pragma unroll\n      for (int r = 0; r < R; ++r) orow[r] = sm.optr[r];\n    }\n"
      "  }\n"
      "  OPUS_DEV void piece(const Piece& p) {\n    int gbeg, gend;\n    group_keys<R, UNION>(args, p, gbeg, gend);\n"
      "    const int kbeg = piece_first_key(p, gbeg);\n    kend = imin(gend, p.t1 * kBlockN);\n"
-     "    if (kbeg >= kend) return;  // the producer skips it too\n"
-     "    if (set_up && !SPLIT) {\n      setup_light(p, gbeg, gend, kbeg);\n    } else {\n"
+     + _SKIP
+     + "    if (set_up && !SPLIT) {\n      setup_light(p, gbeg, gend, kbeg);\n    } else {\n"
      "      setup_group(p, gbeg, gend, kbeg);\n      set_up = true;\n    }\n")]
 # The bias slice at one chunk by the column's 16 lanes (two bytes each), as at two chunks and up,
 # in place of lane 0's whole slice once an operand word: ~250 fewer instructions of the set-up's
@@ -975,6 +978,11 @@ def _spare_warp_struct(name: str, comment: str, members: str) -> tuple[str, str]
             f"  I8Smem<R, H, CONS, SPLIT, UNION>& sm;\n  int lane;\n{members}}};\n{_CONSUMER_BANNER}")
 
 
+# A variant that gives warp 3 another job takes it from the kernel's query stager.
+_NO_QSTAGE = ("  static constexpr bool QSTAGE = !SPLIT && R == 1 && H <= 64;\n",
+              "  static constexpr bool QSTAGE = false;  // warp 3 has another job here\n")
+
+
 def _spare_warp_run(name: str, var: str) -> tuple[str, str]:
     """The edit that has warp 3 run struct `name`'s piece() over the walk, then return."""
     return ("    if (tid / 32 >= CONS) return;\n",
@@ -1051,6 +1059,7 @@ EDITS["judge"] = [
      "        mbar_init(&sm.empty[c][s], 128);  // SPLIT: the converter (fast stages) or the consumer (canonical)\n"
      "        mbar_init(&sm.judged[c][s], 32);\n"),
     _spare_warp_run("I8Judge", "judge"),
+    _NO_QSTAGE,
     # the consumer's stage: the judged barrier, the verdict from the judge's word
     ("  OPUS_DEV void stage(int n0) {\n    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n",
      "  OPUS_DEV void stage(int n0) {\n    mbar_wait(&sm.judged[c][ring.slot], ring.phase);\n"
@@ -1131,87 +1140,8 @@ _SLICE_NEW = """OPUS_HD void i8_bias_slice(int qsum, uint32_t (&w)[8]) {
 """
 EDITS["fastslice"] = [("i8_encode.h", _SLICE_OLD, _SLICE_NEW)]
 
-# qstage: the group set-up's query inputs (the rows' q bytes by one bulk copy, their scale words
-# and weights) staged in shared memory by the producer warpgroup's spare warp 3, one piece ahead
-# of the consumers (a single buffer: filled again once the consumers' set-up has read it), so a
-# set-up reads shared memory instead of waiting a global round trip after its rows' windows. The
-# same values, so the same bits. Non-SPLIT bodies.
-_QSTAGER = _spare_warp_struct("I8QStager", '''\
-// qstage (the i8_ablations variant): warp 3 of the producer warpgroup stages each piece's query
-// inputs for the consumers' set-up: the live rows' q bytes (one bulk copy), scale words and
-// weights, on qfull; the consumers hand the buffer back on qempty once their set-up has read it.
-''', '''\
-  uint32_t phase = 0;
-  OPUS_DEV void piece(const Piece& p) {
-    const int r0 = p.r0, n = (imin(p.r1, p.r0 + R) - r0) * H;  // live columns
-    mbar_wait(&sm.qempty, phase ^ 1u);
-    const uint32_t bytes = uint32_t(n * kHeadBytes);
-    if (lane == 0) mbar_expect_tx(&sm.qfull, bytes);
-    __syncwarp();
-    if (lane == 0) bulk_copy(sm.qst.q, args.q + (long long)r0 * H * kHeadBytes, bytes, &sm.qfull);
-    constexpr int PER = (S::N + 31) / 32;
-    uint32_t qs[PER];
-    float w[PER];
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const int col = lane + 32 * i, row = r0 + col / H, h = col % H;
-      qs[i] = 0u;
-      w[i] = 0.0f;
-      if (col < n) {
-        qs[i] = *reinterpret_cast<const uint32_t*>(args.q_scale + ((long long)row * H + h) * kScaleBlocks);
-        w[i] = head_weight(args, row, h);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const int col = lane + 32 * i;
-      if (col < n) {
-        sm.qst.qs[col] = qs[i];
-        sm.qst.w[col] = w[i];
-      }
-    }
-    mbar_arrive(&sm.qfull);
-    phase ^= 1u;
-  }
-''')
-EDITS["qstage"] = [
-    ("  I8GroupKeys<R> keys[CONS];          // per consumer warpgroup (each reads its own at each stage)\n",
-     "  I8GroupKeys<R> keys[CONS];          // per consumer warpgroup (each reads its own at each stage)\n"
-     "  struct alignas(128) QStage {\n    uint32_t q[S::N * 16];\n    uint32_t qs[S::N];\n    float w[S::N];\n  } qst;\n"
-     "  uint64_t qfull, qempty;\n"),
-    _QSTAGER,
-    ("  if (tid < 4) sm.tables[tid] = i8_table(tid);\n",
-     "  if (tid == 0 && !SPLIT) {\n    mbar_init(&sm.qfull, 32);\n    mbar_init(&sm.qempty, S::CT);\n  }\n"
-     "  if (tid < 4) sm.tables[tid] = i8_table(tid);\n"),
-    _spare_warp_run("I8QStager", "stager"),
-    # the consumers: read the staged buffer, hand it back
-    ("      words[i] = 0u;\n      if (idx < S::N * 16 && row < r1)\n"
-     "        words[i] = *reinterpret_cast<const uint32_t*>(args.q + ((long long)row * H + h) * kHeadBytes + 16 * blk + 4 * j);\n",
-     "      words[i] = 0u;\n      if (idx < S::N * 16 && row < r1) {\n"
-     "        if constexpr (SPLIT)\n"
-     "          words[i] = *reinterpret_cast<const uint32_t*>(args.q + ((long long)row * H + h) * kHeadBytes + 16 * blk + 4 * j);\n"
-     "        else\n          words[i] = sm.qst.q[idx];\n      }\n"),
-    ("      const uint32_t qs = live ? *reinterpret_cast<const uint32_t*>(args.q_scale + ((long long)row * H + h) * kScaleBlocks)\n"
-     "                               : 0x7F7F7F7Fu;\n      const float wv = live ? head_weight(args, row, h) : 0.0f;\n",
-     "      uint32_t qs = 0x7F7F7F7Fu;\n      float wv = 0.0f;\n      if (live) {\n        if constexpr (SPLIT) {\n"
-     "          qs = *reinterpret_cast<const uint32_t*>(args.q_scale + ((long long)row * H + h) * kScaleBlocks);\n"
-     "          wv = head_weight(args, row, h);\n        } else {\n          qs = sm.qst.qs[n];\n          wv = sm.qst.w[n];\n        }\n      }\n"),
-    ("    else\n      bar_sync(1, S::CT);  // every consumer is done with the previous group\n",
-     "    else\n      bar_sync(1, S::CT);  // every consumer is done with the previous group\n"
-     "    if constexpr (!SPLIT) mbar_wait(&sm.qfull, qphase);  // the staged query inputs\n"),
-    ("    bar_sync(SPLIT ? kBarGroupReady : 1, SPLIT ? S::THREADS - 128 : S::CT);  // SPLIT: the converters read khi\n",
-     "    bar_sync(SPLIT ? kBarGroupReady : 1, SPLIT ? S::THREADS - 128 : S::CT);  // SPLIT: the converters read khi\n"
-     "    if constexpr (!SPLIT) qstage_done();\n"),
-    ("    if (kbeg >= kend) return;  // the producer skips it too\n    setup_group(p, gbeg, gend, kbeg);\n",
-     "    if (kbeg >= kend) {  // the producer skips it too; the staged inputs are handed back unread\n"
-     "      if constexpr (!SPLIT) {\n        mbar_wait(&sm.qfull, qphase);\n        qstage_done();\n      }\n      return;\n    }\n"
-     "    setup_group(p, gbeg, gend, kbeg);\n"),
-    ("  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n",
-     "  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n"
-     "  uint32_t qphase = 0;  // qstage: the staged buffer's phase\n"
-     "  OPUS_DEV void qstage_done() {\n    fence_async_smem();  // the next bulk copy writes what this thread read\n"
-     "    mbar_arrive(&sm.qempty);\n    qphase ^= 1u;\n  }\n"),
-]
+# qstage (the set-up's query inputs staged a piece ahead by warp 3) landed in the kernel in the
+# twenty-fifth session as I8Shape::QSTAGE (one row of up to 64 heads).
 
 # carve100: every kernel asks the runtime for the largest shared-memory carve-out (228 KB, the
 # SM's L1 down to 28 KB) instead of the smallest that fits its shared memory: what the L1 is worth

@@ -96,6 +96,12 @@ OPUS_DEV void store_out(const LaunchArgs& args, long long idx, float v) {
     static_cast<uint16_t*>(args.out)[idx] = narrow_out(args, v);
 }
 
+// The four block-scale bytes of (row, head): q_scale is [rows, H, 4], contiguous.
+template <int H>
+OPUS_DEV uint32_t query_scales(const LaunchArgs& args, int row, int h) {
+  return *reinterpret_cast<const uint32_t*>(args.q_scale + ((long long)row * H + h) * kScaleBlocks);
+}
+
 // Weight of (row, head) as fp32 (bf16 or fp32 weights).
 OPUS_DEV float head_weight(const LaunchArgs& args, int row, int h) {
   const long long off = (long long)row * args.stride_w + h;

@@ -22,6 +22,9 @@
 //             4j .. 4j + 3 (whatever the piece's bounds: the same stages and votes in every mode,
 //             each piece storing only its own keys), and a piece's stages go round robin to the
 //             consumer warpgroups, the k-th from the one holding tile t0 to consumer k % CONS.
+//   stager    QSTAGE (one row a group): warp 3 of warpgroup 0 stages each piece's query inputs
+//             (the row's q bytes by one bulk copy, its scale words and weights) in shared memory a
+//             piece ahead of the consumers' set-up, which reads them there (I8QStager).
 //   producer  warp c of warpgroup 0 fills consumer c's stages (256 keys each): per chunk of
 //             min(page size, 64) keys of one page, one table lookup and two bulk copies (key
 //             rows, scale words) onto the stage's barrier; a chunk the table sends outside the
@@ -130,6 +133,12 @@ struct I8Shape {
   // the same time as the multiply in this tree); with several the FMUL.SAT form (the max
   // measured 1-4% slower there).
   static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;
+  // QSTAGE: the set-up's query inputs staged a piece ahead by warp 3 of the producer warpgroup
+  // (I8QStager), where the buffer (N * 72 bytes) leaves the kernel in its shared-memory carve-out
+  // step (i8_smem_bytes checks it): one row of up to 64 heads, 1-4% faster on the H200; at two
+  // and four rows it crossed a step (less L1) and cost 3-6.5% (docs/perf-notes.md, twenty-fourth
+  // session), as it would at one row of 128 heads.
+  static constexpr bool QSTAGE = !SPLIT && R == 1 && H <= 64;
   static constexpr bool RELU_ALU = CHUNKS == 1;
   // Registers a thread after the reallocation: the producers give theirs to the consumers. The
   // CTA's pool is what it launched with, THREADS x the launch bound's per-thread count (a
@@ -190,6 +199,26 @@ struct I8UnionKeys {
 template <int R, int CONS, int STAGES, int KEYS>
 struct I8UnionKeys<R, CONS, STAGES, KEYS, false> {};
 
+// QSTAGE: a piece's query inputs as the stager leaves them for the set-up (empty without QSTAGE).
+template <int N, bool ON>
+struct I8QStage {};
+template <int N>
+struct I8QStage<N, true> {
+  alignas(128) uint32_t q[N * 16];  // the live rows' q bytes, as q holds them
+  uint32_t qs[N];                   // their scale words
+  float w[N];                       // their weights
+  uint64_t full, empty;             // staged (the stager's arrivals and bytes); read (every consumer thread)
+};
+
+// The smallest sm_90 shared-memory carve-out (KB) that holds `bytes` of dynamic shared memory
+// and the 1 KB the CTA reserves; the rest of the 256 KB is the SM's L1.
+constexpr int sm90_carveout_kb(int bytes) {
+  constexpr int kSteps[] = {0, 8, 16, 32, 64, 100, 132, 164, 196, 228};
+  for (int kb : kSteps)
+    if (kb * 1024 >= bytes + 1024) return kb;
+  return -1;
+}
+
 template <int R, int H, int CONS, bool SPLIT = false, bool UNION = false>
 struct I8Smem {
   using S = I8Shape<R, H, CONS, SPLIT>;
@@ -215,12 +244,19 @@ struct I8Smem {
   uint64_t empty[CONS][S::STAGES];
   int range[4];
   I8GroupKeys<R> keys[CONS];          // per consumer warpgroup (each reads its own at each stage)
+  I8QStage<S::N, S::QSTAGE> qst;      // QSTAGE: the next set-up's query inputs
   I8UnionKeys<R, CONS, S::STAGES, S::KEYS, UNION> un;                // an empty struct without UNION
   I8Tiles<CONS, S::TILE_SLOTS, S::TILE_BYTES, S::KEYS, SPLIT> tiles;  // last: an empty struct without SPLIT
 };
 
 template <int R, int H, int CONS, bool SPLIT = false, bool UNION = false>
-constexpr int i8_smem_bytes() { return int(sizeof(I8Smem<R, H, CONS, SPLIT, UNION>)); }
+constexpr int i8_smem_bytes() {
+  using S = I8Shape<R, H, CONS, SPLIT>;
+  constexpr int bytes = int(sizeof(I8Smem<R, H, CONS, SPLIT, UNION>));
+  static_assert(!S::QSTAGE || sm90_carveout_kb(bytes) == sm90_carveout_kb(bytes - int(sizeof(I8QStage<S::N, true>))),
+                "the staged query inputs must leave the kernel in its carve-out step (QSTAGE)");
+  return bytes;
+}
 
 // The pieces of this program, the same sequence for every thread.
 struct PieceWalk {
@@ -416,6 +452,53 @@ struct I8Producer {
   }
 };
 
+// ------------------------------------------------------------------------------------ stager
+
+// QSTAGE: warp 3 of the producer warpgroup walks the pieces with everyone and stages each one's
+// query inputs -- the live rows' q bytes (one bulk copy), their scale words and weights -- once
+// the consumers have handed the buffer back (qst.empty, after the previous set-up), so a set-up
+// reads shared memory instead of one global round trip after its rows' windows. Every piece the
+// consumers start is staged, the ones they skip too (they hand those back unread).
+template <int R, int H, int CONS, bool UNION>
+struct I8QStager {
+  using S = I8Shape<R, H, CONS, false>;
+  const LaunchArgs& args;
+  I8Smem<R, H, CONS, false, UNION>& sm;
+  int lane;
+  uint32_t phase = 0;
+  OPUS_DEV void piece(const Piece& p) {
+    const int r0 = p.r0, n = (imin(p.r1, p.r0 + R) - r0) * H;  // live columns
+    mbar_wait(&sm.qst.empty, phase ^ 1u);
+    const uint32_t bytes = uint32_t(n * kHeadBytes);
+    if (lane == 0) mbar_expect_tx(&sm.qst.full, bytes);
+    __syncwarp();  // the phase expects the bytes before they can land
+    if (lane == 0) bulk_copy(sm.qst.q, args.q + (long long)r0 * H * kHeadBytes, bytes, &sm.qst.full);
+    constexpr int PER = (S::N + 31) / 32;  // columns a lane
+    uint32_t qs[PER];
+    float w[PER];
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {  // every load in flight before the first store
+      const int col = lane + 32 * i, row = r0 + col / H, h = col % H;
+      qs[i] = 0u;
+      w[i] = 0.0f;
+      if (col < n) {
+        qs[i] = query_scales<H>(args, row, h);
+        w[i] = head_weight(args, row, h);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int col = lane + 32 * i;
+      if (col < n) {
+        sm.qst.qs[col] = qs[i];
+        sm.qst.w[col] = w[i];
+      }
+    }
+    mbar_arrive(&sm.qst.full);
+    phase ^= 1u;
+  }
+};
+
 // ------------------------------------------------------------------------------------ consumer
 
 // NARROW: a bfloat16 / float16 out (the float32 result rounded once at the store; the f32 kernel
@@ -510,6 +593,16 @@ struct I8Consumer {
     }
   }
   float wreg[S::W_IN_REGS ? S::N / 4 : 1];
+  uint32_t qphase = 0;  // QSTAGE: the staged inputs' phase
+  // QSTAGE: the staged inputs read (or skipped): the buffer back to the stager, whose bulk copy
+  // writes what this thread read (the proxy fence first, as release()).
+  OPUS_DEV void qstage_done() {
+    if constexpr (S::QSTAGE) {
+      fence_async_smem();
+      mbar_arrive(&sm.qst.empty);
+      qphase ^= 1u;
+    }
+  }
 
   // Group setup, pass 1: per column its scales, weights and fast verdict; returns the column's.
   OPUS_DEV bool setup_columns(int& qmax_hi, int& wexp_hi, int& wexp_lo) {
@@ -521,9 +614,17 @@ struct I8Consumer {
     for (int n = ct; n < S::N; n += S::CT) {
       const int r = n / H, h = n % H, row = r0 + r;
       const bool live = row < r1;
-      const uint32_t qs = live ? *reinterpret_cast<const uint32_t*>(args.q_scale + ((long long)row * H + h) * kScaleBlocks)
-                               : 0x7F7F7F7Fu;
-      const float wv = live ? head_weight(args, row, h) : 0.0f;
+      uint32_t qs = 0x7F7F7F7Fu;
+      float wv = 0.0f;
+      if (live) {
+        if constexpr (S::QSTAGE) {
+          qs = sm.qst.qs[n];
+          wv = sm.qst.w[n];
+        } else {
+          qs = query_scales<H>(args, row, h);
+          wv = head_weight(args, row, h);
+        }
+      }
       const int qmin = min4(qs), qmax = max4(qs);
       const float wf = live ? wv * __uint_as_float(uint32_t(imax(qmin, 1)) << 23) : 0.0f;  // w * 2^(qmin - 127)
       const int wexp = int(__float_as_uint(wf) >> 23 & 0xFFu) - 127;
@@ -606,8 +707,12 @@ struct I8Consumer {
       const int idx = ct + i * S::CT, n = idx >> 4, blk = (idx >> 2) & 3, j = idx & 3;
       const int row = r0 + n / H, h = n % H;
       words[i] = 0u;
-      if (idx < S::N * 16 && row < r1)
-        words[i] = *reinterpret_cast<const uint32_t*>(args.q + ((long long)row * H + h) * kHeadBytes + 16 * blk + 4 * j);
+      if (idx < S::N * 16 && row < r1) {
+        if constexpr (S::QSTAGE)
+          words[i] = sm.qst.q[idx];  // word idx of the live rows' bytes
+        else
+          words[i] = *reinterpret_cast<const uint32_t*>(args.q + ((long long)row * H + h) * kHeadBytes + 16 * blk + 4 * j);
+      }
     }
   }
   // Converts a thread's words. In Free and Table mode groups of 8 or more words a thread (two
@@ -653,6 +758,7 @@ struct I8Consumer {
       bar_sync(kBarGroupDone, S::THREADS - 128);  // every consumer and converter is done with the previous group
     else
       bar_sync(1, S::CT);  // every consumer is done with the previous group
+    if constexpr (S::QSTAGE) mbar_wait(&sm.qst.full, qphase);  // the staged inputs (else: read below)
     // every global read of the setup issued here, in flight together
     uint32_t words[OPERAND_WORDS];
     load_operand(words);
@@ -712,6 +818,7 @@ struct I8Consumer {
       setup_operand<false>(fast, words);
     fence_async_smem();
     bar_sync(SPLIT ? kBarGroupReady : 1, SPLIT ? S::THREADS - 128 : S::CT);  // SPLIT: the converters read khi
+    qstage_done();
     if constexpr (ROWS_IN_REGS) {
 #pragma unroll
       for (int r = 0; r < R; ++r) orow[r] = sm.optr[r];
@@ -1303,7 +1410,13 @@ struct I8Consumer {
     group_keys<R, UNION>(args, p, gbeg, gend);
     const int kbeg = piece_first_key(p, gbeg);
     kend = imin(gend, p.t1 * kBlockN);
-    if (kbeg >= kend) return;  // the producer skips it too
+    if (kbeg >= kend) {  // the producer skips it too; QSTAGE: its staged inputs go back unread
+      if constexpr (S::QSTAGE) {
+        mbar_wait(&sm.qst.full, qphase);
+        qstage_done();
+      }
+      return;
+    }
     setup_group(p, gbeg, gend, kbeg);
 #pragma unroll 1
     for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c; n0 < kend; n0 += S::KEYS * CONS, ring.advance()) {
@@ -1470,6 +1583,12 @@ __global__ void __launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1) mqa_lo
         }
     }
   }
+  if constexpr (S::QSTAGE) {
+    if (tid == 0) {
+      mbar_init(&sm.qst.full, 32);
+      mbar_init(&sm.qst.empty, S::CT);
+    }
+  }
   if (tid < 4) sm.tables[tid] = i8_table(tid);
   if (tid >= 4 && tid < 8) sm.ktables[tid - 4] = i8_key_table(tid - 4);
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -1487,6 +1606,14 @@ __global__ void __launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1) mqa_lo
   Piece p;
   if (tid < 128) {
     regs_shrink<S::PRODUCER_REGS>();
+    if constexpr (S::QSTAGE) {
+      if (tid / 32 == 3) {  // CONS <= 3: warp 3 produces for no consumer
+        I8QStager<R, H, CONS, UNION> stager{args, sm, lane};
+        while (walk.next(args, R, p))
+          if (p.r1 > p.r0 && p.t1 > p.t0) stager.piece(p);
+        return;
+      }
+    }
     if (tid / 32 >= CONS) return;
     const bool bulk = (reinterpret_cast<uintptr_t>(args.kv_scale) & 15) == 0;
     I8Producer<R, H, CONS, SPLIT, UNION> prod{args, sm, tid / 32, lane, bulk};
