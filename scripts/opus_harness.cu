@@ -25,7 +25,8 @@
 // groups x parts as the op's grid_sizes picks them); ROWS_PER_SEQ = KEYS and SEQS = 1 is a fresh
 // causal prefill (row r sees keys [0, r + 1)). With TABLE=1 it is Table mode: the schedule
 // records made here by worksplit.h's serial split (the split the Free scan and the op's record
-// builder make too), a program an SM.
+// builder make too), a program an SM. HEADS=32 (or 16, 128) runs a tree built for those heads
+// (scripts/i8_ablations.py --heads); 64 by default.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -159,7 +160,7 @@ int main(int argc, char** argv) {
   const int id = std::atoi(argv[1]), M = std::atoi(argv[2]), B = std::atoi(argv[3]), ctx = std::atoi(argv[4]);
   const int iters = argc > 5 ? std::atoi(argv[5]) : 20;
   const int spread = argc > 6 ? std::atoi(argv[6]) : 2;
-  const int H = 64, P = 64;
+  const int H = std::getenv("HEADS") ? std::atoi(std::getenv("HEADS")) : 64, P = 64;  // HEADS: as the tree was built
   const int rows = B * M, pages_per_seq = (ctx + P - 1) / P, pages = B * pages_per_seq;
   const InstanceInfo* inst = find_instance(id);
   if (inst == nullptr) {

@@ -64,6 +64,12 @@ def test_ablation_row_added_by_a_variant_survives_the_trim(tmp_path):
     assert "sm90_i8_r2w20" in (tree / "registry.h").read_text()
 
 
+def test_ablation_tree_at_other_heads_keeps_only_their_kernels(tmp_path):
+    masks = re.findall(r"^\s*X\(\d+,.*(0x[0-9A-F]+)\)", (ABL.make_tree(tmp_path, "base", [20, 17], heads=32) / "registry.h")
+                       .read_text(), flags=re.M)
+    assert masks == ["0x2", "0x2"]  # registry.h's bit for 32 heads, in each kept row
+
+
 @needs_nvcc
 def test_harness_builds_over_a_trimmed_tree(tmp_path):
     (tmp_path / "bin").mkdir()
