@@ -27,6 +27,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,judge,carve100 --ids 20,16,17,18  # work for the idle producer warp; the L1
+    python3 scripts/i8_ablations.py --out .gl/abl --heads 32 --variants base,rows4 --ids 18,17  # four rows' out pointers in registers
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,pairstore --ids 20,16,17,18,40  # two units' store reduction as one reduce-scatter
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,pc4,onesetup,onesetuppc4 --ids 20,16,17  # a free later set-up's bound
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
@@ -1212,6 +1213,11 @@ EDITS["pairstore"] = [
      "      if (store_mask >> (r * S::MB + umb) & 1u) {\n        if constexpr (UNION) union_col(r, n, n0, n);\n"
      "        store_key<NARROW>(args, row_pick(r0, PAIR && S::CHUNKS == 1 ? 0 : mr), n, v);\n      }\n      return;\n    }\n"),
 ]
+
+# rows4: the out rows in registers at four rows too (ROWS_IN_REGS for R <= 4; today two): a store
+# reads no pointer from shared memory (at four rows RS2's 18.7% at 32 heads came with one such
+# read a unit gone). Exact.
+EDITS["rows4"] = [("  static constexpr bool ROWS_IN_REGS = R <= 2;\n", "  static constexpr bool ROWS_IN_REGS = R <= 4;\n")]
 
 COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
