@@ -142,7 +142,25 @@ def opcode_table(lines: list[Line], first: int, last: int) -> list[str]:
     return out
 
 
-def summarize(path: Path, top: int = 25, opcodes: bool = False, span: tuple[int, int] | None = None) -> str:
+def reason_table(lines: list[Line], first: int, last: int, reason: str) -> list[str]:
+    """One stall reason's samples by opcode against each opcode's share of the executed
+    instructions: a ratio near 1 says the reason spreads with the work, well above 1 that it
+    sits on that opcode."""
+    ops = by_opcode(lines, first, last)
+    executed = sum(e for e, _, _ in ops.values()) or 1.0
+    samples = sum(s for _, s, _ in ops.values()) or 1.0
+    total = sum(r.get(reason, 0.0) for _, _, r in ops.values())
+    out = [f"{reason} by opcode, {first:#07x}-{last:#07x}: {total / samples:.1%} of the samples; "
+           "its share, the share of executed instructions, their ratio"]
+    for name, (e, _, r) in sorted(ops.items(), key=lambda kv: -kv[1][2].get(reason, 0.0)):
+        if r.get(reason, 0.0) > 0:
+            share, work = r[reason] / total, e / executed
+            out.append(f"  {name:10s} {share:6.1%} {work:6.1%} {share / work if work else float('inf'):6.2f}")
+    return out
+
+
+def summarize(path: Path, top: int = 25, opcodes: bool = False, span: tuple[int, int] | None = None,
+              reason: str | None = None) -> str:
     kernel, base, lines = read(path)
     samples = sum(x.samples for x in lines) or 1.0
     executed = sum(x.executed for x in lines) or 1.0
@@ -163,9 +181,13 @@ def summarize(path: Path, top: int = 25, opcodes: bool = False, span: tuple[int,
     for x in sorted(lines, key=lambda x: -x.samples)[:top]:
         out.append(f"  {x.offset:#07x} {x.samples / samples:6.1%} exec {int(x.executed):>9d}  {x.text[:56]:56s} "
                    f"{_top_reasons(x.reasons, x.samples)}")
-    if opcodes:
+    if opcodes or reason:
         span = span or hottest_loop(lines, base)
-        out += opcode_table(lines, *span) if span else ["by opcode: no loop found (give --range)"]
+        if span is None:
+            out.append("by opcode: no loop found (give --range)")
+        else:
+            out += opcode_table(lines, *span) if opcodes else []
+            out += reason_table(lines, *span, reason) if reason else []
     return "\n".join(out)
 
 
@@ -175,9 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=25, help="how many lines to list (default 25)")
     ap.add_argument("--opcodes", action="store_true", help="also the hottest loop's lines (or --range's) by opcode")
     ap.add_argument("--range", metavar="FIRST-LAST", help="offsets for --opcodes, e.g. 0x1d00-0x2a00")
+    ap.add_argument("--reason", metavar="NAME", help="also one stall reason (e.g. dispatch, short_sb) by opcode "
+                    "against the executed instructions, over the same span")
     args = ap.parse_args(argv)
     span = tuple(int(v, 16) for v in args.range.split("-")) if args.range else None
-    print(summarize(args.csv, args.top, args.opcodes or span is not None, span))
+    print(summarize(args.csv, args.top, args.opcodes or (span is not None and not args.reason), span, args.reason))
     return 0
 
 

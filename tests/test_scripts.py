@@ -152,3 +152,7 @@ def test_ncu_sass_sums_segments_loops_and_lines(tmp_path):
     table = mod.summarize(path, top=1, opcodes=True).splitlines()
     assert table[-4].startswith("by opcode, 0x00010-0x00030")
     assert table[-3].split()[:4] == ["ISETP", "100", "76.9%", "0.6000"]
+    # one reason by opcode: short_sb's 64 samples, 55 on ISETP (a third of the executed instructions)
+    table = mod.summarize(path, top=1, reason="short_sb").splitlines()
+    assert table[-3].startswith("short_sb by opcode, 0x00010-0x00030: 82.1% of the samples")
+    assert table[-2].split() == ["ISETP", "85.9%", "33.3%", "2.58"] and table[-1].split() == ["LDS", "14.1%", "33.3%", "0.42"]
