@@ -473,8 +473,7 @@ EDITS["unrollsetup"] = [("  static constexpr bool ROLL_SETUP = OPERAND_WORDS >= 
                          "  static constexpr bool ROLL_SETUP = false;\n")]
 # The consumer's skip of a piece it has no keys of (several variants edit around it).
 _SKIP = ("    if (kbeg >= kend) {  // the producer skips it too; QSTAGE: its staged inputs go back unread\n"
-         "      if constexpr (S::QSTAGE) {\n        mbar_wait(&sm.qst.full, qphase);\n        qstage_done();\n      }\n"
-         "      return;\n    }\n")
+         "      qstage_wait();\n      qstage_done();\n      return;\n    }\n")
 # ctaends with each consumer warpgroup's account (the harness's kConsWords words a consumer after
 # the CTA's four): its stages in the first piece and in all, the cycles its thread 0 waited on
 # full stages, and when its first piece ended, its second piece's set-up ended and it ended.
@@ -775,7 +774,7 @@ EDITS["onesetup"] = [
      "      sm.optr[wr] = static_cast<char*>(args.out) + wbase * kOutBytes<NARROW>;\n    }\n"
      "    if (wr == 0) {\n      sm.keys[c].vbeg = gbeg;\n      sm.keys[c].vend = gend;\n    }\n"
      "    bar_sync(8 + c, 128);\n"
-     "    if constexpr (S::QSTAGE) {  // the stager's buffer back, unread\n      mbar_wait(&sm.qst.full, qphase);\n      qstage_done();\n    }\n"
+     "    qstage_wait();  // QSTAGE: the stager's buffer back, unread\n    qstage_done();\n"
      "    if constexpr (ROWS_IN_REGS) {\n#pragma unroll\n      for (int r = 0; r < R; ++r) orow[r] = sm.optr[r];\n    }\n"
      "  }\n"
      "  OPUS_DEV void piece(const Piece& p) {\n    int gbeg, gend;\n    group_keys<R, UNION>(args, p, gbeg, gend);\n"

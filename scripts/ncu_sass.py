@@ -9,10 +9,12 @@ NCU_SASS=1). Output, in text:
   - the top lines by samples, each with its reasons;
   - with --opcodes, the hottest loop's lines (or --range FIRST-LAST's) by opcode: executed
     instructions, samples, samples an executed instruction and the reasons -- e.g. whether the
-    dispatch stalls sit on the epilogue's FMNMX / FFMA or on the conversion's PRMT / IMAD.
+    dispatch stalls sit on the epilogue's FMNMX / FFMA or on the conversion's PRMT / IMAD;
+  - with --reason NAME, that stall reason's samples by opcode over the same span against each
+    opcode's share of the executed instructions (a ratio near 1: the reason spreads with the work).
 Offsets are from the kernel's first instruction, as `cuobjdump -sass` prints them.
 
-  python3 scripts/ncu_sass.py sass-sm90_i8_r2w12.csv [--top 25] [--opcodes [--range 0x1d00-0x2a00]]
+  python3 scripts/ncu_sass.py sass-sm90_i8_r2w12.csv [--top 25] [--opcodes] [--reason dispatch] [--range 0x1d00-0x2a00]
 """
 
 from __future__ import annotations

@@ -171,9 +171,7 @@ struct Scorer {
         for (int idx = tid; idx < R * S::G * S::SLOTS; idx += S::THREADS) {
           const int slot = idx % S::SLOTS, g = (idx / S::SLOTS) % S::G, r = idx / (S::G * S::SLOTS);
           const int row = r0 + r;
-          const uint32_t qs = row < r1 ? *reinterpret_cast<const uint32_t*>(
-                                             args.q_scale + ((long long)row * H + S::G * slot + g) * kScaleBlocks)
-                                       : 0x7F7F7F7Fu;
+          const uint32_t qs = row < r1 ? query_scales<H>(args, row, S::G * slot + g) : 0x7F7F7F7Fu;
           lds.fq[r][g][slot] = M::scale_factor(qs);
         }
       }

@@ -251,8 +251,7 @@ struct Scorer {
 
   // The group's scale bytes of (row, head), four blocks in one word (dead rows: 127s).
   OPUS_DEV uint32_t q_scale_word(int row, int h) const {
-    return row < r1 ? *reinterpret_cast<const uint32_t*>(args.q_scale + ((long long)row * H + h) * kScaleBlocks)
-                    : 0x7F7F7F7Fu;
+    return row < r1 ? query_scales<H>(args, row, h) : 0x7F7F7F7Fu;
   }
 
   // Fold: each head's 2^(qmax_h - 127), the group's byte range and fold verdict (every head's

@@ -594,6 +594,9 @@ struct I8Consumer {
   }
   float wreg[S::W_IN_REGS ? S::N / 4 : 1];
   uint32_t qphase = 0;  // QSTAGE: the staged inputs' phase
+  OPUS_DEV void qstage_wait() {
+    if constexpr (S::QSTAGE) mbar_wait(&sm.qst.full, qphase);
+  }
   // QSTAGE: the staged inputs read (or skipped): the buffer back to the stager, whose bulk copy
   // writes what this thread read (the proxy fence first, as release()).
   OPUS_DEV void qstage_done() {
@@ -758,7 +761,7 @@ struct I8Consumer {
       bar_sync(kBarGroupDone, S::THREADS - 128);  // every consumer and converter is done with the previous group
     else
       bar_sync(1, S::CT);  // every consumer is done with the previous group
-    if constexpr (S::QSTAGE) mbar_wait(&sm.qst.full, qphase);  // the staged inputs (else: read below)
+    qstage_wait();  // QSTAGE: the staged inputs (else: read below)
     // every global read of the setup issued here, in flight together
     uint32_t words[OPERAND_WORDS];
     load_operand(words);
@@ -1411,10 +1414,8 @@ struct I8Consumer {
     const int kbeg = piece_first_key(p, gbeg);
     kend = imin(gend, p.t1 * kBlockN);
     if (kbeg >= kend) {  // the producer skips it too; QSTAGE: its staged inputs go back unread
-      if constexpr (S::QSTAGE) {
-        mbar_wait(&sm.qst.full, qphase);
-        qstage_done();
-      }
+      qstage_wait();
+      qstage_done();
       return;
     }
     setup_group(p, gbeg, gend, kbeg);
