@@ -26,7 +26,12 @@
 // causal prefill (row r sees keys [0, r + 1)). With TABLE=1 it is Table mode: the schedule
 // records made here by worksplit.h's serial split (the split the Free scan and the op's record
 // builder make too), a program an SM. HEADS=32 (or 16, 128) runs a tree built for those heads
-// (scripts/i8_ablations.py --heads); 64 by default.
+// (scripts/i8_ablations.py --heads); 64 by default. PAGE=8 (16, 32, 128) and PPB=32 set the page
+// size and the pages a table entry names (64 and 1 by default; DeepSeek-V4.1's full layers are
+// PAGE=8 PPB=32). GATHER=1 is gather mode, as DeepSeek-V4.1's candidate layers: each row its own
+// table, its entries a random subset of its sequence's pool of 1.25x as many blocks (the rows
+// of a sequence overlap as candidate lists do; mqa_logits_mxfp4/problems.py draws them so too);
+// it runs the one-row instances and the union bodies (Free mode; it allocates their scratch).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -160,8 +165,16 @@ int main(int argc, char** argv) {
   const int id = std::atoi(argv[1]), M = std::atoi(argv[2]), B = std::atoi(argv[3]), ctx = std::atoi(argv[4]);
   const int iters = argc > 5 ? std::atoi(argv[5]) : 20;
   const int spread = argc > 6 ? std::atoi(argv[6]) : 2;
-  const int H = std::getenv("HEADS") ? std::atoi(std::getenv("HEADS")) : 64, P = 64;  // HEADS: as the tree was built
-  const int rows = B * M, pages_per_seq = (ctx + P - 1) / P, pages = B * pages_per_seq;
+  const auto env_int = [](const char* name, int fallback) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::atoi(v) : fallback;
+  };
+  const int H = env_int("HEADS", 64);  // as the tree was built
+  const int P = env_int("PAGE", 64), PPB = env_int("PPB", 1), span = P * PPB;
+  const bool gather = env_int("GATHER", 0) != 0;
+  // a table row's entries (width), a sequence's blocks (its pool: 1.25x the width in gather mode)
+  const int width = (ctx + span - 1) / span, pool = gather ? width + width / 4 : width;
+  const int rows = B * M, blocks = B * pool, pages = blocks * PPB;
   const InstanceInfo* inst = find_instance(id);
   if (inst == nullptr) {
     std::printf("no instance %d in this build\n", id);
@@ -184,9 +197,24 @@ int main(int argc, char** argv) {
   }
   std::vector<float> w(size_t(rows) * H);
   for (auto& x : w) x = float(int(rnd() % 2001) - 1000) / 1000.0f;
-  std::vector<int32_t> table(size_t(B) * pages_per_seq), qsl(B + 1), ends(rows);
-  for (int i = 0; i < pages; ++i) table[i] = i;
-  for (int i = pages - 1; i > 0; --i) std::swap(table[i], table[rnd() % (i + 1)]);
+  std::vector<int32_t> perm(blocks), table(size_t(gather ? rows : B) * width), qsl(B + 1), ends(rows);
+  for (int i = 0; i < blocks; ++i) perm[i] = i;
+  for (int i = blocks - 1; i > 0; --i) std::swap(perm[i], perm[rnd() % (i + 1)]);
+  if (!gather) {
+    table = perm;  // sequence b's entries: perm[b * width ...]
+  } else {
+    std::vector<int32_t> pick(pool);
+    for (int r = 0; r < rows; ++r) {  // the first `width` of a shuffle of the row's sequence's pool
+      for (int i = 0; i < pool; ++i) pick[i] = perm[size_t(r / M) * pool + i];
+      for (int i = 0; i < width; ++i) std::swap(pick[i], pick[i + rnd() % (pool - i)]);
+      std::copy(pick.begin(), pick.begin() + width, table.begin() + size_t(r) * width);
+    }
+  }
+  // key n of row r: its table entry's block, page (n / P) % PPB of it, token n % P of that page
+  const auto slot_of = [&](int r, int n) {
+    const int entry = table[size_t(gather ? r : r / M) * width + n / span];
+    return (size_t(entry) * PPB + (n / P) % PPB) * P + n % P;
+  };
   for (int b = 0; b <= B; ++b) qsl[b] = b * M;
   for (int r = 0; r < rows; ++r) ends[r] = ctx - (M - 1 - r % M);  // MTP: row t of a sequence sees t more keys
 
@@ -213,22 +241,30 @@ int main(int argc, char** argv) {
   c.kv = desc(dkv, kU8, {pages, P, D});
   c.kv_scale = desc(dks, kU8, {pages, P, S});
   c.weights = desc(dw, kF32, {rows, H});
-  c.block_tables = desc(dtable, kI32, {B, pages_per_seq});
+  c.block_tables = desc(dtable, kI32, {gather ? rows : B, width});
   c.qsl = desc(dqsl, kI32, {B + 1});
   c.row_ends = desc(dends, kI32, {rows});
   c.out = desc(dout, kF32, {rows, ctx});
   c.path_stats = desc(dstats, kI64, {2});
   c.heads = H;
   c.page_size = P;
-  c.pages_per_block = 1;
+  c.pages_per_block = PPB;
+  c.gather = gather;
+  c.max_qlen = M;
   c.max_seq_len = ctx;
   c.grid_x = sms;
+  if (is_union_family(*inst)) {  // the union body's scratch, as bindings.cpp sizes it
+    const int64_t ucap = union_capacity(M, width, ctx, span), n = union_scratch_ints(B, rows, ucap);
+    int32_t* dscratch = nullptr;
+    check(cudaMalloc(&dscratch, std::max<int64_t>(n, 1) * 4), "cudaMalloc union scratch");
+    c.scratch = desc(dscratch, kI32, {std::max<int64_t>(n, 1)});
+  }
   const bool prefill = std::getenv("PREFILL") != nullptr;
   if (prefill) {  // backends/base.py grid_sizes: a program a row group, parts to fill the CTA slots
     const int groups = (rows + inst->rows - 1) / inst->rows, slots = sms * inst->ctas_per_sm;
     c.mode = kModePrefill;
     c.grid_x = groups;
-    c.parts = std::max(1, std::min(pages_per_seq * P / kBlockN, (slots + groups - 1) / groups));
+    c.parts = std::max(1, std::min(width * span / kBlockN, (slots + groups - 1) / groups));
   }
   if (std::getenv("TABLE") != nullptr && !prefill) {
     SeqView sv{qsl.data(), ends.data(), B, rows};
@@ -266,7 +302,7 @@ int main(int argc, char** argv) {
   const int samples = 4000;
   for (int s = 0; s < samples; ++s) {
     const int r = int(rnd() % rows), n = int(rnd() % ends[r]);
-    const int slot = table[size_t(r / M) * pages_per_seq + n / P] * P + n % P;
+    const size_t slot = slot_of(r, n);
     double ref = 0, a = 0;
     for (int h = 0; h < H; ++h) {
       const uint8_t* qv = &q[(size_t(r) * H + h) * D];
