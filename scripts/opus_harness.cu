@@ -211,6 +211,7 @@ int main(int argc, char** argv) {
     }
   }
   // key n of row r: its table entry's block, page (n / P) % PPB of it, token n % P of that page
+  // (written here from the op's definition, not worksplit.h's key_slot: the check's own mapping)
   const auto slot_of = [&](int r, int n) {
     const int entry = table[size_t(gather ? r : r / M) * width + n / span];
     return (size_t(entry) * PPB + (n / P) % PPB) * P + n % P;
@@ -254,10 +255,10 @@ int main(int argc, char** argv) {
   c.max_seq_len = ctx;
   c.grid_x = sms;
   if (is_union_family(*inst)) {  // the union body's scratch, as bindings.cpp sizes it
-    const int64_t ucap = union_capacity(M, width, ctx, span), n = union_scratch_ints(B, rows, ucap);
+    const int64_t n = std::max<int64_t>(union_scratch_ints(B, rows, union_capacity(M, width, ctx, span)), 1);
     int32_t* dscratch = nullptr;
-    check(cudaMalloc(&dscratch, std::max<int64_t>(n, 1) * 4), "cudaMalloc union scratch");
-    c.scratch = desc(dscratch, kI32, {std::max<int64_t>(n, 1)});
+    check(cudaMalloc(&dscratch, n * 4), "cudaMalloc union scratch");
+    c.scratch = desc(dscratch, kI32, {n});
   }
   const bool prefill = std::getenv("PREFILL") != nullptr;
   if (prefill) {  // backends/base.py grid_sizes: a program a row group, parts to fill the CTA slots
@@ -391,7 +392,7 @@ int main(int argc, char** argv) {
   // every cell of REPEATS more launches (output poisoned first, L2 cold) bit for bit against the
   // first launch's: the kernel's sums have one fixed order, so a difference is a race or an
   // unwritten cell, wherever it falls (the sampled check above sees 4000 cells).
-  const int repeats = std::getenv("REPEATS") ? std::atoi(std::getenv("REPEATS")) : 8;
+  const int repeats = env_int("REPEATS", 8);
   std::vector<float> again(out.size());
   long long differ = 0;
   for (int rep = 0; rep < repeats; ++rep) {
