@@ -98,6 +98,12 @@ def make_problem(*, heads: int = 64, head_dim: int = 128, page_size: int = 64, p
     each other instead, around a base uniform over [lo, hi - s): the layout of quantized
     Gaussian-like activations, whose block scales differ by a few binades within a 128-vector
     but widely across vectors. A missing generator means seed 0.
+
+    Gather mode (each row its own table): a sequence has a pool of 1.25x the blocks its longest
+    row needs, its blocks in order of position, and a row draws the blocks its window needs at
+    random from the pool's first 1.25x as many. So the rows of a sequence share most of their
+    blocks, as candidate lists do, and a row lists only blocks its own past could hold: a decode
+    step's rows draw from the whole pool, a prefill's early rows from its first blocks.
     """
     if head_dim % BLOCK:
         raise ValueError(f"head_dim must be a multiple of {BLOCK}; got {head_dim}")
@@ -118,7 +124,7 @@ def make_problem(*, heads: int = 64, head_dim: int = 128, page_size: int = 64, p
         pool_sizes, start = [], 0
         for ends in seq_ends:
             most = max(row_blocks[start:start + len(ends)], default=0)
-            pool_sizes.append(most + most // 4)  # rows draw different subsets, as candidate lists do
+            pool_sizes.append(most + most // 4)
             start += len(ends)
         width_needed = max(row_blocks, default=0)
     else:
@@ -133,12 +139,13 @@ def make_problem(*, heads: int = 64, head_dim: int = 128, page_size: int = 64, p
 
     table_rows = rows if gather else len(seqs)
     table = spares[randint(spares.numel(), (table_rows, width))]
-    if gather:
+    if gather:  # a row draws its `need` blocks from the first need + need // 4 of its sequence's pool
         row = 0
         for b, ends in enumerate(seq_ends):
             for _ in ends:
                 need = row_blocks[row]
-                table[row, :need] = pools[b][torch.randperm(pool_sizes[b], generator=g)[:need]]
+                reach = min(pool_sizes[b], need + need // 4)
+                table[row, :need] = pools[b][torch.randperm(reach, generator=g)[:need]]
                 row += 1
     else:
         for b, pool in enumerate(pools):

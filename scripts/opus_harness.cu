@@ -29,8 +29,9 @@
 // (scripts/i8_ablations.py --heads); 64 by default. PAGE=8 (16, 32, 128) and PPB=32 set the page
 // size and the pages a table entry names (64 and 1 by default; DeepSeek-V4.1's full layers are
 // PAGE=8 PPB=32). GATHER=1 is gather mode, as DeepSeek-V4.1's candidate layers: each row its own
-// table, its entries a random subset of its sequence's pool of 1.25x as many blocks (the rows
-// of a sequence overlap as candidate lists do; mqa_logits_mxfp4/problems.py draws them so too);
+// table, the entries its window reads a random subset of the first 1.25x as many blocks of its
+// sequence's pool (the rows of a sequence overlap as candidate lists do, and a prefill's early
+// rows list early blocks; mqa_logits_mxfp4/problems.py draws them so too);
 // it runs the one-row instances and the union bodies (Free mode; it allocates their scratch).
 #include <cuda_runtime.h>
 
@@ -200,13 +201,19 @@ int main(int argc, char** argv) {
   std::vector<int32_t> perm(blocks), table(size_t(gather ? rows : B) * width), qsl(B + 1), ends(rows);
   for (int i = 0; i < blocks; ++i) perm[i] = i;
   for (int i = blocks - 1; i > 0; --i) std::swap(perm[i], perm[rnd() % (i + 1)]);
+  for (int b = 0; b <= B; ++b) qsl[b] = b * M;
+  for (int r = 0; r < rows; ++r) ends[r] = ctx - (M - 1 - r % M);  // MTP: row t of a sequence sees t more keys
   if (!gather) {
     table = perm;  // sequence b's entries: perm[b * width ...]
   } else {
     std::vector<int32_t> pick(pool);
-    for (int r = 0; r < rows; ++r) {  // the first `width` of a shuffle of the row's sequence's pool
+    for (int r = 0; r < rows; ++r) {
+      // the `need` entries its window reads: the first of a shuffle of the pool's first
+      // need + need / 4 blocks (a row lists blocks of its own past; a decode row's reach is the
+      // whole pool), then the rest of the pool, which no window reads
+      const int need = (ends[r] + span - 1) / span, reach = std::min(pool, need + need / 4);
       for (int i = 0; i < pool; ++i) pick[i] = perm[size_t(r / M) * pool + i];
-      for (int i = 0; i < width; ++i) std::swap(pick[i], pick[i + rnd() % (pool - i)]);
+      for (int i = 0; i < need; ++i) std::swap(pick[i], pick[i + rnd() % (reach - i)]);
       std::copy(pick.begin(), pick.begin() + width, table.begin() + size_t(r) * width);
     }
   }
@@ -216,8 +223,6 @@ int main(int argc, char** argv) {
     const int entry = table[size_t(gather ? r : r / M) * width + n / span];
     return (size_t(entry) * PPB + (n / P) % PPB) * P + n % P;
   };
-  for (int b = 0; b <= B; ++b) qsl[b] = b * M;
-  for (int r = 0; r < rows; ++r) ends[r] = ctx - (M - 1 - r % M);  // MTP: row t of a sequence sees t more keys
 
   uint8_t *dq = to_device(q), *dqs = to_device(qs), *dkv = to_device(kv), *dks = to_device(ks);
   float* dw = to_device(w);
