@@ -2,9 +2,10 @@
 
 Every scripts/i8_ablations.py variant's text edits still apply to the i8 body (a stale edit
 would stop the script in the middle of a session, after the device time is booked), and the
-torch-free CUDA tools -- scripts/wgmma_overlap.cu, scripts/relu_rates.cu and scripts/opus_harness.cu over a trimmed
-kernel tree -- build for sm_90a without a wgmma that ptxas serialized (a serialized case would
-time the serialization). nvcc only: nothing here runs a GPU.
+torch-free CUDA tools -- scripts/wgmma_overlap.cu, scripts/relu_rates.cu,
+scripts/latency_floor.cu and scripts/opus_harness.cu over a trimmed kernel tree -- build for
+sm_90a without a wgmma that ptxas serialized (a serialized case would time the serialization).
+nvcc only: nothing here runs a GPU.
 """
 
 from __future__ import annotations
@@ -101,6 +102,24 @@ def test_relu_rates_builds_with_each_kind(tmp_path):
     sass = subprocess.run([cuobjdump, "-sass", str(exe)], capture_output=True, text=True).stdout
     for op in ("FMNMX", "VIADDMNMX", "FFMA", "FMUL.SAT"):  # each kind's 8 chains x 5 unrolled copies
         assert len(re.findall(rf"\s{re.escape(op)}\s", sass)) >= 8, op
+
+
+@needs_nvcc
+def test_latency_floor_builds_each_chain(tmp_path):
+    exe = tmp_path / "latency_floor"
+    res = subprocess.run([NVCC, "-O3", "-gencode=arch=compute_90a,code=sm_90a",
+                          str(ABL.ROOT / "scripts" / "latency_floor.cu"), "-o", str(exe)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    cuobjdump = find_cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("no cuobjdump to read the SASS (neither on PATH nor in triton's wheel)")
+    sass = subprocess.run([cuobjdump, "-sass", str(exe)], capture_output=True, text=True).stdout
+    loads = {}  # chain template argument -> its global loads: launch, store 0; read 1; table 2; window 3
+    for fn in re.split(r"Function : ", sass)[1:]:
+        m = re.match(r"_Z5chainILi(\d)E", fn)
+        if m:
+            loads[int(m.group(1))] = len(re.findall(r"\sLDG\.", fn))
+    assert loads == {0: 0, 1: 0, 2: 1, 3: 2, 4: 3}, loads
 
 
 def test_summarize_tables_medians_and_changes():
