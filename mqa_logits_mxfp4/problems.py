@@ -139,7 +139,7 @@ def make_problem(*, heads: int = 64, head_dim: int = 128, page_size: int = 64, p
 
     table_rows = rows if gather else len(seqs)
     table = spares[randint(spares.numel(), (table_rows, width))]
-    if gather:  # a row draws its `need` blocks from the first need + need // 4 of its sequence's pool
+    if gather:  # the docstring's rule
         row = 0
         for b, ends in enumerate(seq_ends):
             for _ in ends:

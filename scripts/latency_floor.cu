@@ -26,9 +26,9 @@ static const char* const kNames[kChains] = {"launch", "store", "read", "table", 
 // Pages of 64 keys x 64 bytes; the table names one page far from the table itself.
 constexpr int kPageBytes = 64 * 64;
 
+// The dynamic shared memory a launch asks for is reserved whether or not the kernel touches it.
 template <int CHAIN>
 __global__ void chain(const int* ends, const int* table, const unsigned char* kv, float* out) {
-  extern __shared__ unsigned char smem[];
   if (CHAIN == kLaunch) return;
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   int v = 1;
@@ -38,8 +38,7 @@ __global__ void chain(const int* ends, const int* table, const unsigned char* kv
     const int end = __ldcg(ends);
     v = __ldcg(reinterpret_cast<const int*>(kv + (long long)__ldcg(table + (end >> 6)) * kPageBytes));
   }
-  smem[0] = (unsigned char)v;  // keeps the dynamic shared memory the launch asked for in use
-  out[0] = float(v) + float(smem[0]);
+  out[0] = float(v);
 }
 
 static void check(cudaError_t e, const char* what) {
