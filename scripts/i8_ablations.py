@@ -28,7 +28,6 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,judge,carve100 --ids 20,16,17,18  # work for the idle producer warp; the L1
     python3 scripts/i8_ablations.py --out .gl/abl --heads 32 --variants base,rows4 --ids 18,17  # four rows' out pointers in registers
-    python3 scripts/i8_ablations.py --out .gl/abl --variants base,pairstore --ids 20,16,17,18,40  # two units' store reduction as one reduce-scatter
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,pc4,onesetup,onesetuppc4 --ids 20,16,17  # a free later set-up's bound
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
     python3 scripts/i8_ablations.py --summarize log   # the medians as a markdown table, changes from base
@@ -1152,66 +1151,9 @@ EDITS["carve100"] = [("kernels.cu",
     "    if ((last_error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) != opus_success)\n      return false;\n"
     "    if ((last_error = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100)) != opus_success)\n      return false;\n")]
 
-# pairstore: every lane of a quad stores one (row, key) sum, its quad reduction a reduce-scatter
-# of four: each unit's level t ^ 1 keeps key t & 1 (scaled there: gscale and the key's factor are
-# powers of two, so exact), and level t ^ 2 keeps row or unit t >> 1. At 64 heads (H = NC, one row
-# a unit) the units pair up (M blocks mb, mb + 1 at one chunk; rows ch, ch + 1 of one M block at
-# several) and the even unit's value is held until its partner's is made; at 32 heads with two
-# rows a chunk (RPC 2) a unit's two rows are the pair. A pair: three shuffles and one store, where
-# there were two chains of two shuffles and a store each (the twenty-fifth session's profile:
-# r2w12's FADD, 2.3% of the work, drew 9% of the stall samples, all on those chains). The base's
-# additions in its order: bitwise the base's short of subnormal sums.
-# the lanes' (row, M block) bits: all of them for key t & 1, then this lane's half of the pairs
-_PAIR_MASK = ("    if constexpr (QUAD) {\n      uint32_t half = 0u;  // the (row, M block) bits of the pairs' first halves\n#pragma unroll\n"
-              "      for (int r = 0; r < R; ++r)\n#pragma unroll\n        for (int mb = 0; mb < S::MB; ++mb)\n"
-              "          if (((PAIR && S::CHUNKS == 1 ? mb : r) & 1) == 0) half |= 1u << (r * S::MB + mb);\n"
-              "      store_mask &= (t & 2) ? ~half : half;\n    }\n")
-EDITS["pairstore"] = [
-    ("  static constexpr int RPC = S::NC >= H ? S::NC / H : 1;  // rows a chunk ends (H = 2 NC: one)\n",
-     "  static constexpr int RPC = S::NC >= H ? S::NC / H : 1;  // rows a chunk ends (H = 2 NC: one)\n"
-     "  static constexpr bool PAIR = !CANON && H == S::NC, RS2 = !CANON && RPC == 2, QUAD = PAIR || RS2;  // pairstore\n"
-     "  float held = 0.0f;  // PAIR: the pair's even unit's key sum over lanes t, t ^ 1, scaled\n"
-     "  // row r0 + mr's out row, with no branch (ROWS_IN_REGS: a pointer picked by a branch serialized r2w12's wgmma)\n"
-     "  OPUS_DEV char* row_pick(int r0, int mr) const {\n"
-     "    if constexpr (ROWS_IN_REGS) {\n      char* o = row_out(r0);\n"
-     "      if constexpr (R > 1) o += (long long)mr * (row_out(imin(r0 + 1, R - 1)) - o);\n      return o;\n"
-     "    } else {\n      return sm.optr[r0 + mr];\n    }\n  }\n"),
-    ("      if (t < 2) {\n#pragma unroll\n        for (int r = 0; r < R; ++r)\n#pragma unroll\n          for (int mb = 0; mb < S::MB; ++mb) {\n"
-     "            int col;\n            if (union_col(r, n0 + key_of(mb, t), n0, col))",
-     "      if (QUAD || t < 2) {\n#pragma unroll\n        for (int r = 0; r < R; ++r)\n#pragma unroll\n          for (int mb = 0; mb < S::MB; ++mb) {\n"
-     "            int col;\n"
-     "            if (union_col(r, n0 + key_of(mb, t & 1), n0, col))"),
-    ("            if (union_col(r, n0 + key_of(mb, t & 1), n0, col)) store_mask |= 1u << (r * S::MB + mb);\n          }\n      }\n      return;\n",
-     "            if (union_col(r, n0 + key_of(mb, t & 1), n0, col)) store_mask |= 1u << (r * S::MB + mb);\n          }\n      }\n" + _PAIR_MASK + "      return;\n"),
-    ("    if (t < 2) {\n#pragma unroll\n      for (int r = 0; r < R; ++r) {\n        const int b = sm.keys[c].rbeg[r], l = sm.keys[c].rlen[r];\n"
-     "#pragma unroll\n        for (int mb = 0; mb < S::MB; ++mb)\n          if (uint32_t(n0 + key_of(mb, t) - b) < uint32_t(l))",
-     "    if (QUAD || t < 2) {\n#pragma unroll\n      for (int r = 0; r < R; ++r) {\n        const int b = sm.keys[c].rbeg[r], l = sm.keys[c].rlen[r];\n"
-     "#pragma unroll\n        for (int mb = 0; mb < S::MB; ++mb)\n"
-     "          if (uint32_t(n0 + key_of(mb, t & 1) - b) < uint32_t(l))"),
-    ("store_mask |= 1u << (r * S::MB + mb);\n      }\n    }\n  }\n",
-     "store_mask |= 1u << (r * S::MB + mb);\n      }\n    }\n" + _PAIR_MASK + "  }\n"),
-    ("  OPUS_DEV void store_unit(int u, const float (&rs)[RPC][2], int n0, float scale, int mb0 = 0) const {\n"
-     "    const int mb = mb0 + u / S::CHUNKS, ch = u % S::CHUNKS;\n",
-     "  OPUS_DEV void store_unit(int u, const float (&rs)[RPC][2], int n0, float scale, int mb0 = 0) {\n"
-     "    const int mb = mb0 + u / S::CHUNKS, ch = u % S::CHUNKS;\n"
-     "    if constexpr (QUAD) {\n"
-     "      const int mr = (t >> 1) & 1, mk = t & 1;  // this lane's row (RS2) or unit (PAIR) of the pair, its key\n"
-     "      float h[RPC];  // key mk over lanes t, t ^ 1, a row of the unit\n#pragma unroll\n"
-     "      for (int lr = 0; lr < RPC; ++lr) {\n"
-     "        h[lr] = fadd_rn(mk ? rs[lr][1] : rs[lr][0], warp_xor(mk ? rs[lr][0] : rs[lr][1], 1));\n"
-     "        if constexpr (S::RELU_ALU) h[lr] = fmul_rn(h[lr], gscale);\n"
-     "        h[lr] = fmul_rn(h[lr], scale);  // powers of two: exact\n      }\n"
-     "      float mine, other;\n"
-     "      if constexpr (RS2) {\n        mine = mr ? h[RPC - 1] : h[0];\n        other = mr ? h[0] : h[RPC - 1];\n"
-     "      } else {\n        if ((u & 1) == 0) {\n          held = h[0];\n          return;\n        }\n"
-     "        mine = mr ? h[0] : held;\n        other = mr ? held : h[0];\n      }\n"
-     "      const float v = fadd_rn(mine, warp_xor(other, 2));\n"
-     "      const int umb = PAIR && S::CHUNKS == 1 ? mb - 1 + mr : mb;\n"
-     "      const int r0 = RS2 ? ch * RPC : (S::CHUNKS == 1 ? 0 : (H >= S::NC ? (ch - 1) * S::NC / H : 0)), r = r0 + (PAIR && S::CHUNKS == 1 ? 0 : mr);\n"
-     "      int n = n0 + key_of(umb, mk);\n"
-     "      if (store_mask >> (r * S::MB + umb) & 1u) {\n        if constexpr (UNION) union_col(r, n, n0, n);\n"
-     "        store_key<NARROW>(args, row_pick(r0, PAIR && S::CHUNKS == 1 ? 0 : mr), n, v);\n      }\n      return;\n    }\n"),
-]
+# pairstore (every lane of a quad stores one sum) landed in the kernel in the twenty-sixth session
+# for two rows a chunk (I8Consumer::RS2); its pairing of one-row units at 64 heads was refuted
+# (docs/perf-notes.md, twenty-fifth session).
 
 # rows4: the out rows in registers at four rows too (ROWS_IN_REGS for R <= 4; today two): a store
 # reads no pointer from shared memory (at four rows RS2's 18.7% at 32 heads came with one such

@@ -260,7 +260,8 @@ int main(int argc, char** argv) {
   c.max_seq_len = ctx;
   c.grid_x = sms;
   if (is_union_family(*inst)) {  // the union body's scratch, as bindings.cpp sizes it
-    const int64_t n = std::max<int64_t>(union_scratch_ints(B, rows, union_capacity(M, width, ctx, span)), 1);
+    const UnionGeometry ug = union_geometry(M, inst->rows, width, ctx, span, B, rows, kUnionMaxEntries);
+    const int64_t n = std::max<int64_t>(union_scratch_ints(ug, rows), 1);
     int32_t* dscratch = nullptr;
     check(cudaMalloc(&dscratch, n * 4), "cudaMalloc union scratch");
     c.scratch = desc(dscratch, kI32, {n});

@@ -376,9 +376,26 @@ static int cmd_checks() {
   return 0;
 }
 
+// stdin: one case a line: "max_qlen R bt_cols max_seq_len span num_seqs num_rows most"; stdout: the
+// union geometry of each as a JSON line (args.h's union_geometry and union_scratch_ints).
+static int cmd_union() {
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    long long max_qlen, R, bt_cols, max_seq_len, span, num_seqs, num_rows, most;
+    if (!(in >> max_qlen >> R >> bt_cols >> max_seq_len >> span >> num_seqs >> num_rows >> most)) continue;
+    const UnionGeometry g = union_geometry(max_qlen, R, bt_cols, max_seq_len, span, num_seqs, num_rows, most);
+    std::printf("{\"width\": %lld, \"seg_rows\": %lld, \"segs\": %lld, \"ucap\": %lld, \"split\": %d, \"ok\": %d, "
+                "\"scratch\": %lld}\n",
+                (long long)g.width, (long long)g.seg_rows, (long long)g.segs, (long long)g.ucap, g.split ? 1 : 0,
+                g.ok ? 1 : 0, g.ok ? (long long)union_scratch_ints(g, num_rows) : -1LL);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: opus_host_check registry|encodings|fastdiv|worksplit|checks\n");
+    std::fprintf(stderr, "usage: opus_host_check registry|encodings|fastdiv|worksplit|checks|union\n");
     return 2;
   }
   const std::string cmd = argv[1];
@@ -390,6 +407,7 @@ int main(int argc, char** argv) {
   if (cmd == "i8bias") return cmd_i8bias();
   if (cmd == "worksplit") return cmd_worksplit();
   if (cmd == "checks") return cmd_checks();
+  if (cmd == "union") return cmd_union();
   std::fprintf(stderr, "unknown command %s\n", cmd.c_str());
   return 2;
 }

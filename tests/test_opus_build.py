@@ -120,8 +120,12 @@ def test_backend_rules(over, reason):
      "gather: sm90_f16_r2w4 has 2 rows; gather mode needs a one-row instance (each row has its own table)"),
     ("sm90_i8u_r4w12", dict(heads=32), "gather: sm90_i8u_r4w12 scores the union of each sequence's row tables: "
                                        "gather mode only"),
-    ("sm90_i8u_r8w12", dict(heads=32, page_size=8, gather=True, max_qlen=16, max_seq_len=16384),
-     "union: sm90_i8u_r8w12 its pre-pass holds max_qlen x block_table_width <= 16384 entries; got 16 x 2048"),
+    ("sm90_i8u_r8w12", dict(heads=32, page_size=8, gather=True, max_qlen=16, max_seq_len=32768),
+     "union: sm90_i8u_r8w12 its pre-pass holds min(max_qlen, rows a group) x block_table_width <= 16384 entries; "
+     "got 8 x 4096"),
+    ("sm90_i8u_r2w12", dict(heads=32, page_size=8, gather=True, max_qlen=1, max_seq_len=2 ** 20),
+     "union: sm90_i8u_r2w12 its pre-pass holds min(max_qlen, rows a group) x block_table_width <= 16384 entries; "
+     "got 1 x 131072"),
     ("gfx950_mxf4_r1w2", dict(), "arch: gfx950_mxf4_r1w2 runs on gfx950; got sm_90"),
     ("gfx942_f16_r1w4", dict(), "arch: gfx942_f16_r1w4 runs on gfx942; got sm_90"),
     ("gfx942_f16_r2w4", dict(arch="gfx942", heads=128), "heads: gfx942_f16_r2w4 needs heads in (16, 32, 64); got 128"),
@@ -129,6 +133,16 @@ def test_backend_rules(over, reason):
 def test_instance_rules(name, over, reason):
     inst = next(i for i in INSTANCES if i.name == name)
     assert reason in [str(r) for r in BACKEND.instance_supports(inst, sm90_key(**over))]
+
+
+@pytest.mark.parametrize("max_qlen, max_seq_len", [(8, 16384), (16384, 16384), (2, 65536)])
+def test_union_rule_takes_prefills_in_runs_of_groups(max_qlen, max_seq_len):
+    # A union holds a sequence's rows where max_qlen of them fit and runs of whole groups where
+    # they do not (a 16384-row prefill at 2048 blocks a row: runs of 8 rows); only a group's own
+    # entries must fit (two rows of 8192 blocks fit a union of 16384 entries).
+    inst = next(i for i in INSTANCES if i.name == "sm90_i8u_r8w12")
+    key = sm90_key(heads=32, page_size=8, gather=True, max_qlen=max_qlen, max_seq_len=max_seq_len)
+    assert BACKEND.instance_supports(inst, key) == []
 
 
 def test_default_rule_per_arch():
@@ -289,6 +303,41 @@ def test_int8_bias_slice_takes_the_key_bias_back():
 def test_fast_division_matches_integer_division():
     rec = json.loads(run_host("fastdiv"))
     assert rec["bad"] == 0 and rec["checked"] > 500000
+
+
+@needs_cxx
+def test_union_geometry_holds_every_sequence_in_whole_groups():
+    """csrc/args.h's union_geometry against the rule as docs/opus-backend.md states it: a union
+    holds a whole sequence where max_qlen rows fit in 16384 entries, else a run of the most whole
+    groups that fit; the launch's segment count bounds every ragged batch's (a sequence of n rows
+    has max(1, ceil(n / run)) runs), and the scratch holds utab, uends, upos and uqsl."""
+    most, rng = 16384, random.Random(5)
+    cases = [(8, 8, 2048, 16384, 8), (4, 4, 2048, 16384, 8), (16384, 8, 2048, 16384, 8), (16384, 4, 2048, 16384, 8),
+             (70, 2, 700, 5013, 8), (3, 8, 4096, 32768, 8), (16, 8, 4096, 32768, 8), (1, 1, 10 ** 5, 2 ** 20, 8),
+             (2, 8, 64, 100, 64), (100, 1, 5, 40000, 64)]
+    cases += [(rng.choice([1, 2, 5, 8, 9, 64, 1000]), rng.choice([1, 2, 4, 8]), rng.choice([1, 100, 2048, 5000]),
+               rng.choice([64, 4096, 65536]), rng.choice([8, 64, 256])) for _ in range(60)]
+    batches = [[rng.choice([0, 1, 3, 8, 30, 200]) for _ in range(rng.randint(1, 12))] for _ in range(len(cases))]
+    stdin = "".join(f"{q} {r} {bt} {msl} {span} {len(b)} {sum(b)} {most}\n" for (q, r, bt, msl, span), b in
+                    zip(cases, batches))
+    got = [json.loads(line) for line in run_host("union", stdin=stdin).splitlines()]
+    assert len(got) == len(cases)
+    for (q, r, bt, msl, span), batch, g in zip(cases, batches, got):
+        width = min(bt, -(-msl // span))
+        split = q * width > most
+        run = (most // max(width, 1) // r * r) if split else q
+        ok = run >= r if split else True
+        assert (g["width"], g["split"], g["ok"]) == (width, int(split), int(ok)), (q, r, bt, msl, span, g)
+        if not ok:
+            continue
+        assert (g["seg_rows"], g["ucap"]) == (run, run * width)
+        assert g["ucap"] <= most and (not split or g["seg_rows"] % r == 0)
+        segs = len(batch) + sum(batch) // run if split else len(batch)
+        assert g["segs"] == segs
+        if split:  # every ragged batch of these rows fits the launch's segments
+            assert sum(max(1, -(-n // run)) for n in batch) <= segs
+        rows = sum(batch)
+        assert g["scratch"] == segs * run * width + rows + rows * run * width + segs + 1
 
 
 def ragged_cases(seed=7, count=10):

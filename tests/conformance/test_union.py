@@ -13,6 +13,7 @@ import re
 import pytest
 import torch
 
+from mqa_logits_mxfp4.backends.opus.instances import UNION_MAX_ENTRIES
 from mqa_logits_mxfp4.dispatch import registry
 from mqa_logits_mxfp4.problems import make_problem
 from mqa_logits_mxfp4.reference import compare_to_reference
@@ -119,3 +120,37 @@ def test_canonical_union_gives_the_canonical_bits(pair, data):
     want = run(prob, config(prob, peer, "free", max_qlen=8), "free")
     width = min(out.shape[1], want.shape[1])
     assert_same_bits(out[: prob.rows, :width], want[: prob.rows, :width], f"{pair[1]} against {peer[1]}")
+
+
+# A prefill's rows (more than a union holds: max_qlen x 625 blocks > 16384 entries), so the
+# pre-pass cuts each sequence into runs of whole groups (args.h's union_geometry: 24 or 26 rows),
+# an empty sequence between, and a one-row sequence after it.
+PREFILL_SEQS = [(5000, 70), (900, 30), (0, 0), (3000, 1)]
+
+
+def prefill_union_problem(seed: int):
+    return make_problem(heads=32, page_size=8, gather=True, seqs=PREFILL_SEQS, pad_rows=2, table_pad=3,
+                        generator=torch.Generator().manual_seed(seed), device="cuda", **DATA["narrow"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pair", UNION)
+def test_union_of_a_prefill_in_runs_of_groups(pair):
+    """A prefill's rows scored on unions of runs of whole groups (each run its own union, the
+    body's sequences the runs): within the tolerance, nothing written outside the windows, with
+    and without cut windows; the canonical body bit for bit a canonical one-row body's."""
+    need_gpu()
+    prob = prefill_union_problem(seed=111)
+    _, inst = instance_of(pair)
+    try:
+        cfg = config(prob, pair, "free")
+    except pytest.skip.Exception as e:  # a union body must take it: not a skip
+        pytest.fail(f"{pair[1]} refused a prefill it should take in runs: {e}")
+    assert cfg.key.max_qlen * cfg.key.block_table_width > UNION_MAX_ENTRIES, "one union a sequence would do"
+    out = check(prob, cfg)
+    check(prob, cfg, row_starts=window_starts(prob, seed=112))
+    if inst.canonical:
+        peer = ("opus", "sm90_fp8_r1w4")
+        want = run(prob, config(prob, peer, "free"), "free")
+        width = min(out.shape[1], want.shape[1])
+        assert_same_bits(out[: prob.rows, :width], want[: prob.rows, :width], f"{pair[1]} against {peer[1]}")

@@ -89,15 +89,17 @@ class OpusBackend(BackendBase):
 
     def instance_supports(self, inst: Instance, key) -> list[Reason]:
         """The shared attribute rules; the union bodies (i8u, i8uc) serve gather mode only, any
-        rows, while their pre-pass's hash holds max_qlen x block_table_width entries."""
+        rows, while their pre-pass's hash holds one group's entries: min(max_qlen, rows a group) x
+        block_table_width (a union holds a sequence's rows where max_qlen of them fit, else runs of
+        whole groups: args.h's union_geometry)."""
         if inst.family not in UNION_FAMILIES:
             return super().instance_supports(inst, key)
-        entries = key.max_qlen * key.block_table_width
+        rows = min(key.max_qlen, inst.rows)
         return ok_if([rule for rule in attribute_rules(inst, key) if rule[1] != "gather"] + [
             (key.gather, "gather", "scores the union of each sequence's row tables: gather mode only"),
-            (entries <= UNION_MAX_ENTRIES, "union",
-             f"its pre-pass holds max_qlen x block_table_width <= {UNION_MAX_ENTRIES} entries; got "
-             f"{key.max_qlen} x {key.block_table_width}"),
+            (rows * key.block_table_width <= UNION_MAX_ENTRIES, "union",
+             f"its pre-pass holds min(max_qlen, rows a group) x block_table_width <= {UNION_MAX_ENTRIES} "
+             f"entries; got {rows} x {key.block_table_width}"),
         ], inst.name)
 
     def ranked_picks(self, key) -> list[tuple[Instance, str]]:

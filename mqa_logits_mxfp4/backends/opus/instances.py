@@ -98,7 +98,7 @@ def parse_i8_stage_keys(text: str) -> int:
 
 def parse_union(text: str) -> tuple[tuple[str, ...], tuple[str, ...], int]:
     """The union bodies' families, modes and most pre-pass entries (registry.h's
-    OPUS_UNION_FAMILIES, OPUS_UNION_MODES, OPUS_UNION_MAX_ENTRIES: max_qlen x block-table columns)."""
+    OPUS_UNION_FAMILIES, OPUS_UNION_MODES, OPUS_UNION_MAX_ENTRIES: a union's rows x block-table columns)."""
     families = tuple(_macro_body(text, "OPUS_UNION_FAMILIES").strip().strip('"').split(","))
     modes = tuple(_macro_body(text, "OPUS_UNION_MODES").strip().strip('"').split(","))
     try:

@@ -60,29 +60,53 @@ struct LaunchArgs {
   int32_t parts;               // Prefill: key-tile parts per row group (grid y)
 
   // The union body (family i8u, docs/opus-backend.md "The union body"): a pre-pass writes, per
-  // sequence, the union of its rows' live table entries and where each row lists each of them;
-  // the i8 body then scores the union as a non-gather sequence and stores row r's logit of a
-  // union key at that key's place in row r's own list. The body's block_tables, row_ends and
-  // row_starts are the union's (utab, uends, none); the rows' own windows are list_ends /
+  // segment (a sequence, or a run of useg_rows of its rows: UnionGeometry below), the union of
+  // its rows' live table entries and where each row lists each of them; the i8 body then scores
+  // each union as a non-gather sequence and stores row r's logit of a union key at that key's
+  // place in row r's own list. The body's query_start_loc, block_tables, row_ends and row_starts
+  // are the union's (uqsl, utab, uends, none); the rows' own windows are list_ends /
   // list_starts, capped at list_cap. All null / 0 for every other body.
-  int32_t* utab;               // [num_seqs, ucap]: sequence b's union entries (the first uends[r] / span)
+  int32_t* utab;               // [usegs, ucap]: segment s's union entries (the first uends[r] / span)
   int32_t* upos;               // [num_rows, ucap]: row r's list entry of union entry u, or -1
-  int32_t* uends;              // [num_rows]: the keys of the row's sequence's union
+  int32_t* uends;              // [num_rows]: the keys of the row's segment's union
+  int32_t* uqsl;               // [usegs + 1]: segment s's first row; the last, the live rows' end
   const int32_t* list_ends;    // the caller's row_ends
   const int32_t* list_starts;  // the caller's row_starts, or null
-  int32_t ucap;                // entries a union may hold: max_qlen x the caller's bt_cols
+  int32_t ucap;                // entries a union may hold: useg_rows x the table columns a window reaches
+  int32_t usegs;               // segments (the pre-pass's CTAs, the body's sequences)
+  int32_t useg_rows;           // rows a segment holds at most
+  int32_t usplit;              // 0: a segment is a sequence; 1: runs of useg_rows rows (UnionGeometry)
   int32_t list_cap;            // the caller's key_cap
 };
 
-// The union body's capacity: max_qlen x the table columns a window can reach (the config's
-// width, ceil(max_seq_len / span), or fewer where the table is narrower).
-inline int64_t union_capacity(int64_t max_qlen, int64_t bt_cols, int64_t max_seq_len, int64_t span) {
-  const int64_t width = (max_seq_len + span - 1) / span;
-  return max_qlen * (bt_cols < width ? bt_cols : width);
+// The union body's geometry. A union holds at most `most` entries (registry.h's
+// OPUS_UNION_MAX_ENTRIES): the live entries of the rows of one segment, `width` table columns a
+// row (those a window can reach: the config's ceil(max_seq_len / span), or fewer where the
+// table is narrower). Where max_qlen rows fit, a segment is a whole sequence (split false, segs
+// = num_seqs); else (a prefill's rows) it is a run of seg_rows consecutive rows of a sequence,
+// the most whole groups of R rows that fit, so no group of the body spans two unions; a
+// sequence of n rows then has max(1, ceil(n / seg_rows)) segments, at most num_seqs + num_rows /
+// seg_rows in all. ok false: not even R rows fit.
+struct UnionGeometry {
+  int64_t width, seg_rows, segs, ucap;
+  bool split, ok;
+};
+inline UnionGeometry union_geometry(int64_t max_qlen, int64_t R, int64_t bt_cols, int64_t max_seq_len, int64_t span,
+                                    int64_t num_seqs, int64_t num_rows, int64_t most) {
+  UnionGeometry g{};
+  const int64_t reach = (max_seq_len + span - 1) / span;
+  g.width = bt_cols < reach ? bt_cols : reach;
+  const int64_t w = g.width > 0 ? g.width : 1;
+  g.split = max_qlen * g.width > most;
+  g.seg_rows = g.split ? most / w / R * R : max_qlen;
+  g.ok = max_qlen >= 1 && R >= 1 && g.seg_rows >= 1 && (!g.split || g.seg_rows >= R);
+  g.segs = !g.ok ? 0 : g.split ? num_seqs + num_rows / g.seg_rows : num_seqs;
+  g.ucap = g.seg_rows * g.width;
+  return g;
 }
-// The union body's scratch (int32): utab, then uends, then upos (LaunchArgs above).
-inline int64_t union_scratch_ints(int64_t num_seqs, int64_t num_rows, int64_t ucap) {
-  return num_seqs * ucap + num_rows + num_rows * ucap;
+// The union body's scratch (int32): utab, then uends, then upos, then uqsl (LaunchArgs above).
+inline int64_t union_scratch_ints(const UnionGeometry& g, int64_t num_rows) {
+  return g.segs * g.ucap + num_rows + num_rows * g.ucap + g.segs + 1;
 }
 
 }  // namespace opus

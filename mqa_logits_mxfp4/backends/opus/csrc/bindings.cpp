@@ -99,11 +99,13 @@ int64_t union_scratch_size(const opus::CallDesc& c, const at::Tensor& block_tabl
   if (block_tables.dim() != 2 || query_start_loc.dim() != 1 || row_ends.dim() != 1 || c.max_qlen < 1 ||
       c.page_size < 1 || c.pages_per_block < 1)
     return 0;
-  const int64_t ucap = opus::union_capacity(c.max_qlen, block_tables.size(1), c.max_seq_len,
-                                           (int64_t)c.page_size * c.pages_per_block);
-  if (ucap > opus::kUnionMaxEntries) return 0;
-  const int64_t n = opus::union_scratch_ints(std::max<int64_t>(query_start_loc.size(0) - 1, 0), row_ends.size(0), ucap);
-  return std::max<int64_t>(n, 1);
+  const opus::InstanceInfo* inst = opus::find_instance((int)c.instance_id);
+  if (inst == nullptr) return 0;
+  const opus::UnionGeometry g = opus::union_geometry(
+      c.max_qlen, inst->rows, block_tables.size(1), c.max_seq_len, (int64_t)c.page_size * c.pages_per_block,
+      std::max<int64_t>(query_start_loc.size(0) - 1, 0), row_ends.size(0), opus::kUnionMaxEntries);
+  if (!g.ok) return 0;
+  return std::max<int64_t>(opus::union_scratch_ints(g, row_ends.size(0)), 1);
 }
 
 // A union body's scratch, allocated on out's device and torch's current stream (the caching

@@ -50,7 +50,7 @@ struct CallDesc {
   TensorDesc path_stats;  // optional int64 [2]: see LaunchArgs::path_stats
   int32_t heads = 0, page_size = 0, pages_per_block = 0, gather = 0, max_seq_len = 0;
   int32_t grid_x = 0, parts = 0;
-  int32_t max_qlen = 0;   // the config's bound on a sequence's rows (the union body's capacity)
+  int32_t max_qlen = 0;   // the config's bound on a sequence's rows (the union body's geometry)
   TensorDesc scratch;     // int32, the union body's only (union_scratch_ints): bindings.cpp allocates it
 };
 
@@ -239,14 +239,17 @@ inline std::string check_call(const CallDesc& c, const InstanceInfo& inst, Launc
                k.size("path_stats", c.path_stats, 0, 2) && k.contig("path_stats", c.path_stats)));
   ok = ok && k.aligned("q", c.q, 16) && k.aligned("kv_cache", c.kv, 16) && k.aligned("kv_scale", c.kv_scale, 4);
   if (!ok) return k.err;
-  const int64_t ucap = uni ? union_capacity(c.max_qlen, c.block_tables.sizes[1], c.max_seq_len, span) : 0;
+  const UnionGeometry ug = uni ? union_geometry(c.max_qlen, R, c.block_tables.sizes[1], c.max_seq_len, span, num_seqs,
+                                                rows, kUnionMaxEntries)
+                                : UnionGeometry{};
   if (uni) {
-    ok = (ucap <= kUnionMaxEntries ||
-          k.fail("the union body holds max_qlen x block_table_width <= " + std::to_string(kUnionMaxEntries) +
-                 " entries; got " + std::to_string(ucap) + " (max_qlen " + std::to_string(c.max_qlen) + ")")) &&
+    ok = (ug.ok ||
+          k.fail("the union body holds min(max_qlen, rows a group) x block_table_width <= " +
+                 std::to_string(kUnionMaxEntries) + " entries; got " + std::to_string(std::min<int64_t>(c.max_qlen, R)) +
+                 " x " + std::to_string(ug.width))) &&
          (c.scratch.present() || k.fail("the union body needs its scratch; got none")) &&
          k.dtype("scratch", c.scratch, kI32) && k.ndim("scratch", c.scratch, 1) &&
-         k.size("scratch", c.scratch, 0, union_scratch_ints(num_seqs, rows, ucap), true) &&
+         k.size("scratch", c.scratch, 0, union_scratch_ints(ug, rows), true) &&
          k.contig("scratch", c.scratch) && k.device("scratch", c.scratch, dev);
     if (!ok) return k.err;
   }
@@ -294,11 +297,15 @@ inline std::string check_call(const CallDesc& c, const InstanceInfo& inst, Launc
   if (uni) {
     int32_t* scratch = static_cast<int32_t*>(const_cast<void*>(c.scratch.ptr));
     o.utab = scratch;
-    o.uends = scratch + num_seqs * ucap;
+    o.uends = scratch + ug.segs * ug.ucap;
     o.upos = o.uends + rows;
+    o.uqsl = o.upos + rows * ug.ucap;
     o.list_ends = o.row_ends;
     o.list_starts = o.row_starts;
-    o.ucap = (int32_t)ucap;
+    o.ucap = (int32_t)ug.ucap;
+    o.usegs = (int32_t)ug.segs;
+    o.useg_rows = (int32_t)ug.seg_rows;
+    o.usplit = ug.split ? 1 : 0;
     o.list_cap = o.key_cap;
   }
   return "";

@@ -536,6 +536,14 @@ struct I8Consumer {
   static constexpr bool ROWS_IN_REGS = R <= 2;
   char* orow[ROWS_IN_REGS ? R : 1];
   OPUS_DEV char* row_out(int r) const { return ROWS_IN_REGS ? orow[ROWS_IN_REGS ? r : 0] : sm.optr[r]; }
+  // Row r0 + i's out row for a lane's i (0 or 1) with no branch: a pointer picked by a branch
+  // between the wgmma of a stage made ptxas serialize them at r2w12 (C7518).
+  OPUS_DEV char* pair_row(int r0, int i) const {
+    if constexpr (!ROWS_IN_REGS) return sm.optr[r0 + i];
+    char* o = row_out(r0);
+    if constexpr (R > 1) o += (long long)i * (row_out(imin(r0 + 1, R - 1)) - o);
+    return o;
+  }
   // Key n lies in row r's window.
   OPUS_DEV bool in_row(int r, int n) const { return uint32_t(n - sm.keys[c].rbeg[r]) < uint32_t(sm.keys[c].rlen[r]); }
   // UNION: the piece's first union key (its stores stay in [ubeg, kend)), the stage's parity
@@ -563,13 +571,32 @@ struct I8Consumer {
     }
   }
   // The fast path's stores of a stage: bit r MB + mb is set when this thread stores its key of M
-  // block mb for row r (store_row: lanes t = 0, 1 store key_of(mb, t)). One register made at the
-  // stage's start from the windows in shared memory: a window test at each store held two more
-  // registers, or put a shared-memory read's latency before the store.
+  // block mb for row r (key_of(mb, t & 1); store_row: lanes t = 0, 1 store, RS2: every lane, of
+  // its row of each pair). One register made at the stage's start from the windows in shared
+  // memory: a window test at each store held two more registers, or put a shared-memory read's
+  // latency before the store.
   uint32_t store_mask = 0;
   OPUS_DEV void stage_stores(int n0) {
     static_assert(R * S::MB <= 32, "one bit a (row, M block)");
     store_mask = 0u;
+    if constexpr (RS2) {  // every lane: its key of every row, then its own rows' bits
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int b = sm.keys[c].rbeg[r], l = sm.keys[c].rlen[r];
+#pragma unroll
+        for (int mb = 0; mb < S::MB; ++mb) {
+          const int n = n0 + key_of(mb, t & 1);
+          bool mine = uint32_t(n - b) < uint32_t(l);
+          if constexpr (UNION) {
+            int col;
+            mine = union_col(r, n, n0, col);
+          }
+          if (mine) store_mask |= 1u << (r * S::MB + mb);
+        }
+      }
+      store_mask &= (t & 2) ? ~even_rows() : even_rows();
+      return;
+    }
     if constexpr (UNION) {
       if (t < 2) {
 #pragma unroll
@@ -932,6 +959,18 @@ struct I8Consumer {
   // the stage loop makes ptxas serialize every wgmma of the kernel (C7514/C7518).
   static constexpr int UNITS = S::MB * S::CHUNKS;
   static constexpr int RPC = S::NC >= H ? S::NC / H : 1;  // rows a chunk ends (H = 2 NC: one)
+  // RS2: where a chunk holds two rows (32 heads at two rows and up, 16 at two), every lane of a
+  // quad stores one (row, key) sum of the unit, its reduction a reduce-scatter (store_unit): three
+  // shuffles and one store a unit where store_row takes two shuffles and a store a row (on the
+  // H200 r4w12 at 32 heads 19% faster, r2w12 1%: docs/perf-notes.md, twenty-fifth session; pairing
+  // the one-row units of 64 heads the same way held a register and lost 0-10%). Not CANON.
+  static constexpr bool RS2 = !CANON && RPC == 2;
+  // RS2: the (row, M block) bits of the even rows, which lanes t = 0, 1 store (t = 2, 3 the odd).
+  static constexpr OPUS_HD uint32_t even_rows() {
+    uint32_t m = 0u;
+    for (int r = 0; r < R; r += 2) m |= ((1u << S::MB) - 1u) << (r * S::MB);
+    return m;
+  }
   int32_t acc[2][S::ACC];
   uint32_t afr[2][4][4];
   float first_chunk[2];          // H = 2 NC: the row's first-chunk sums of keys g, g + 8
@@ -1065,9 +1104,29 @@ struct I8Consumer {
     }
     return true;
   }
-  // Unit u's stores (the quad's reduction, then lanes t = 0, 1 store); u counts from M block mb0.
+  // Unit u's stores; u counts from M block mb0. RS2: level t ^ 1 keeps key t & 1 of both rows,
+  // level t ^ 2 row t >> 1 -- store_row's additions in its order, the scaling before the last
+  // (gscale and the factor are powers of two: the same sum). Else the quad's reduction a row.
   OPUS_DEV void store_unit(int u, const float (&rs)[RPC][2], int n0, float scale, int mb0 = 0) const {
     const int mb = mb0 + u / S::CHUNKS, ch = u % S::CHUNKS;
+    if constexpr (RS2) {
+      const int lr = (t >> 1) & 1, k = t & 1;  // this lane's row of the unit and key
+      float h[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        h[i] = fadd_rn(k ? rs[i][1] : rs[i][0], warp_xor(k ? rs[i][0] : rs[i][1], 1));
+        if constexpr (S::RELU_ALU) h[i] = fmul_rn(h[i], gscale);
+        h[i] = fmul_rn(h[i], scale);
+      }
+      const float v = fadd_rn(lr ? h[1] : h[0], warp_xor(lr ? h[0] : h[1], 2));
+      const int r = 2 * ch + lr;
+      int n = n0 + key_of(mb, k);
+      if (store_mask >> (r * S::MB + mb) & 1u) {
+        if constexpr (UNION) union_col(r, n, n0, n);  // the mask holds the window test
+        store_key<NARROW>(args, pair_row(2 * ch, lr), n, v);
+      }
+      return;
+    }
 #pragma unroll
     for (int lr = 0; lr < RPC; ++lr) store_row(H >= S::NC ? ch * S::NC / H : ch * RPC + lr, rs[lr], n0, mb, scale);
   }

@@ -1,19 +1,23 @@
 // The union body's pre-pass (family i8u; docs/opus-backend.md, "The union body"): one CTA a
-// sequence. In gather mode each row lists its own table entries; the rows of one sequence
-// draw most of them from one pool. The pre-pass writes, for sequence b,
-//   utab[b, u]   its union: every live entry of its rows once (u < the union's size),
-//   upos[r, u]   for each of its rows r, the list index j with table[r, j] == utab[b, u], or -1,
-//   uends[r]     the union's keys (entries x span), the same for every row of b,
+// segment -- a sequence, or where a sequence's rows would overfill a union (a prefill), a run
+// of useg_rows of its rows (args.h's UnionGeometry). In gather mode each row lists its own table
+// entries; the rows of one sequence draw most of them from one pool. The pre-pass writes, for
+// segment s,
+//   uqsl[s]      its first row (the body's query_start_loc: each segment a sequence),
+//   utab[s, u]   its union: every live entry of its rows once (u < the union's size),
+//   upos[r, u]   for each of its rows r, the list index j with table[r, j] == utab[s, u], or -1,
+//   uends[r]     the union's keys (entries x span), the same for every row of s,
 // so that the i8 body scores the union as one non-gather sequence (its rows share every key
 // tile) and stores row r's logit of union key u * span + i at list key j * span + i.
 // A row's live entries are those its window [row_start, min(row_end, key_cap)) reaches. A row
 // that lists one entry more than once gets a union entry of its own for each later listing
 // (upos holds one list index a row and entry), so every listed key is stored. The union's order
 // is the entries' first listings' (row-major), then the later listings', the same at every call.
-// Memory safety: query_start_loc is clamped as the work split clamps it, a sequence's entries
-// past ucap are dropped (only a caller-contract violation gets there: ucap = max_qlen x table
-// columns), and an entry outside the cache stays in the union (the body scores it NaN, as any).
-// Every union entry is some live listing, so the union never holds more than ucap.
+// Memory safety: query_start_loc is clamped as the work split clamps it, a segment's entries
+// past ucap are dropped (only a caller-contract violation gets there: ucap = useg_rows x table
+// columns), segments past usegs are not scored (the same: a sequence longer than its bound,
+// or starts out of order), and an entry outside the cache stays in the union (the body scores
+// it NaN, as any). Every union entry is some live listing, so the union never holds more than ucap.
 #pragma once
 
 #include <stdint.h>
@@ -72,6 +76,44 @@ OPUS_DEV int union_scan(int v, int* warp_sum, int* total) {
 // Whether entry e's row window reaches it (the staged liveness: a bit an entry).
 OPUS_DEV bool union_live(const uint32_t* live, int e) { return live[e >> 5] >> (e & 31) & 1u; }
 
+// Segment g's rows [r0, r1) (every thread gets them). Unsplit, sequence g's. Split, sequence b
+// has max(1, ceil(rows_b / useg_rows)) segments (an empty one, one empty segment), numbered in
+// sequence order, the k-th its rows [start + k useg_rows, start + (k + 1) useg_rows) cut at its
+// end; a number past them all is an empty segment at the live rows' end. A block-wide scan of
+// the counts, kUnionThreads sequences a round, until the running count passes g.
+OPUS_DEV void union_segment(const LaunchArgs& a, const SeqView& sv, int g, int* warp_sum, int* found, int& r0,
+                            int& r1) {
+  if (!a.usplit) {
+    r0 = sv.start(g);
+    r1 = imax(sv.start(g + 1), r0);
+    return;
+  }
+  const int S = imax(a.useg_rows, 1), tid = threadIdx.x;
+  if (tid == 0) found[0] = found[1] = sv.start(sv.num_seqs);
+  int base = 0;
+  for (int c0 = 0; c0 < sv.num_seqs; c0 += kUnionThreads) {
+    const int b = c0 + tid;
+    int qa = 0, qb = 0, count = 0;
+    if (b < sv.num_seqs) {
+      qa = sv.start(b);
+      qb = imax(sv.start(b + 1), qa);
+      count = imax(1, cdiv_nonneg(qb - qa, S));
+    }
+    int total;
+    const int before = base + union_scan(count, warp_sum, &total);  // its syncs order thread 0's first write
+    if (b < sv.num_seqs && g >= before && g < before + count) {
+      const int k = g - before;
+      found[0] = qa + k * S;
+      found[1] = imin(qa + k * S + S, qb);
+    }
+    base += total;
+    if (base > g) break;  // uniform: total is the block's
+  }
+  __syncthreads();
+  r0 = found[0];
+  r1 = found[1];
+}
+
 // The union is numbered in the order of the entries' first listings (row-major), a repeated
 // listing by one row after every first one in the same order: the same union, in the same order,
 // at every call (the body's stage votes, and so its bits, follow the order).
@@ -79,13 +121,18 @@ __global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchA
   extern __shared__ __align__(16) unsigned char union_smem[];
   unsigned long long* slot = reinterpret_cast<unsigned long long*>(union_smem);
   __shared__ int warp_sum[kUnionThreads / 32];
-  const int b = blockIdx.x, tid = threadIdx.x;
+  __shared__ int found[2];
+  const int g = blockIdx.x, tid = threadIdx.x;
   const SeqView sv = seq_view(a);
-  const int r0 = sv.start(b), r1 = imax(sv.start(b + 1), r0);
+  if (g == 0 && tid == 0) a.uqsl[a.usegs] = sv.start(sv.num_seqs);
+  if (g >= a.usegs) return;  // the one CTA of a launch with no segment
+  int r0, r1;
+  union_segment(a, sv, g, warp_sum, found, r0, r1);
+  if (tid == 0) a.uqsl[g] = r0;
   const int span = a.page_size * a.pages_per_block, ucap = a.ucap, slots = union_slots(ucap);
-  const int W = cdiv_nonneg(a.key_cap, span);  // the columns a window can reach (ucap = max_qlen x W)
+  const int W = cdiv_nonneg(a.key_cap, span);  // the columns a window can reach (ucap = useg_rows x W)
   const FastDiv wdiv = make_fastdiv(imax(W, 1));  // an entry's row
-  // the sequence's entries, row-major; at most ucap (a caller-contract violation may list more
+  // the segment's entries, row-major; at most ucap (a caller-contract violation may list more
   // rows: those past it are dropped)
   const int n_entries = (int)imin((long long)(r1 - r0) * W, ucap);
   // entry e (row-major: row r0 + e / W, list index e % W) staged: ent[e] the table's entry until
@@ -170,7 +217,7 @@ __global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchA
   }
   int U;
   int u = __shfl_sync(0xFFFFFFFFu, union_scan(lane == 0 ? count : 0, warp_sum, &U), 0);  // its syncs order pass 2's reads before the writes
-  const long long utab_row = (long long)b * ucap;
+  const long long utab_row = (long long)g * ucap;
   for (int k = 0; k < steps; ++k) {
     const uint32_t m = __shfl_sync(0xFFFFFFFFu, firsts, k);
     if (m >> lane & 1u) {

@@ -107,7 +107,8 @@ bool opt_in_smem(std::atomic<unsigned long long>& opted_in, const void* kernel, 
 }
 
 // The union body's pre-pass (kernel_sm90_union.cuh), then the body on the union's view of the
-// launch: the union as a non-gather sequence table, its keys as the rows' ends, no row starts.
+// launch: each segment a sequence, its union as that sequence's table, the union's keys as the
+// rows' ends, no row starts.
 int union_prepass(const LaunchArgs& args, opus_stream_t stream) {
   static std::atomic<unsigned long long> opted_in{0};
   // opted in for the most any call asks (OPUS_UNION_MAX_ENTRIES; its static_assert keeps that
@@ -115,13 +116,16 @@ int union_prepass(const LaunchArgs& args, opus_stream_t stream) {
   if (!opt_in_smem(opted_in, reinterpret_cast<const void*>(sm90::mqa_union_prepass),
                    sm90::union_smem_bytes(OPUS_UNION_MAX_ENTRIES)))
     return kLaunchFailed;
-  if (args.num_seqs > 0)
-    sm90::mqa_union_prepass<<<args.num_seqs, sm90::kUnionThreads, sm90::union_smem_bytes(args.ucap), stream>>>(args);
+  // one CTA a segment, at least one: the one that writes uqsl's last entry when there is none
+  sm90::mqa_union_prepass<<<args.usegs > 0 ? args.usegs : 1, sm90::kUnionThreads, sm90::union_smem_bytes(args.ucap),
+                            stream>>>(args);
   last_error = opus_get_last_error();
   return last_error == opus_success ? kLaunched : kLaunchFailed;
 }
 LaunchArgs union_view(const LaunchArgs& a) {
   LaunchArgs u = a;
+  u.qsl = a.uqsl;  // each segment a sequence
+  u.num_seqs = a.usegs;
   u.block_tables = a.utab;
   u.stride_bt = a.ucap;
   u.bt_cols = a.ucap;

@@ -120,8 +120,9 @@
 #define OPUS_PAGE_SIZES {8, 16, 32, 64, 128}
 #define OPUS_MODES "table,free,prefill"
 // The union bodies (families i8u, i8uc): their modes (their windows come from the pre-pass, which
-// the Table schedule cannot see), and the most entries the pre-pass hashes: max_qlen x table
-// columns (MTP 8 x 2048 blocks), staged and hashed inside sm_90's 227 KB of shared memory.
+// the Table schedule cannot see), and the most entries the pre-pass hashes: a union's rows x
+// table columns (MTP 8 x 2048 blocks; args.h's union_geometry), staged and hashed inside sm_90's
+// 227 KB of shared memory.
 #define OPUS_UNION_FAMILIES "i8u,i8uc"
 #define OPUS_UNION_MODES "free"
 #define OPUS_UNION_MAX_ENTRIES 16384
