@@ -248,12 +248,17 @@ EDITS = {
                   "    }\n"
                   "    int n = n0 + key_of(mb, k_own ? 1 : 0);\n"
                   "    if constexpr (S::RELU_ALU) v = fmul_rn(v, gscale);\n"
+                  "    if constexpr (PRED_STORES) {\n"
+                  "      if constexpr (UNION) union_col(r, n, n0, n);  // the mask holds the window test\n"
+                  "      store_key_if(store_mask >> (r * S::MB + mb) & 1u, row_out(r), n, fmul_rn(v, scale));\n"
+                  "      return;\n"
+                  "    }\n"
                   "    if (store_mask >> (r * S::MB + mb) & 1u) {\n"
                   "      if constexpr (UNION) union_col(r, n, n0, n);  // the mask holds the window test\n"
                   "      store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));\n"
                   "    }\n"
                   "  }\n",
-                  # store_row as its two halves: the value (no memory operation) and the store
+                  # store_row as its two halves (put_row in the branch form): the value (no memory operation) and the store
                   "  OPUS_DEV float row_value(const float (&rs)[2], float scale) const {\n"
                   "    const bool k_own = t & 1;\n"
                   "    float v = rs[0];\n"
@@ -1154,6 +1159,9 @@ EDITS["carve100"] = [("kernels.cu",
 # pairstore (every lane of a quad stores one sum) landed in the kernel in the twenty-sixth session
 # for two rows a chunk (I8Consumer::RS2); its pairing of one-row units at 64 heads was refuted
 # (docs/perf-notes.md, twenty-fifth session).
+# storepred (the fast stores through one predicated st.global, no branch) landed on 2026-12-05
+# (I8Consumer::PRED_STORES); nostore and storeend edit the branch form, which the kernels
+# outside PRED_STORES keep.
 
 # rows4: the out rows in registers at four rows too (ROWS_IN_REGS for R <= 4; today two): a store
 # reads no pointer from shared memory (at four rows RS2's 18.7% at 32 heads came with one such

@@ -965,6 +965,26 @@ struct I8Consumer {
   // H200 r4w12 at 32 heads 19% faster, r2w12 1%: docs/perf-notes.md, twenty-fifth session; pairing
   // the one-row units of 64 heads the same way held a register and lost 0-10%). Not CANON.
   static constexpr bool RS2 = !CANON && RPC == 2;
+  // PRED_STORES: the fast stores (store_row, RS2's store_unit) make the address and the value on
+  // every lane and store through one predicated st.global (store_key_if), no branch, so a group's
+  // out pointer (shared memory at four and eight rows) is read beside the reduction, off the next
+  // unit's wgmma path (on the H200 3-7% at 32 and 64 heads, i8c r4w12 at 32 heads 18-20%:
+  // docs/perf-notes.md, twenty-ninth session). The groups whose rows span two chunks and the union
+  // bodies below eight rows keep the branch (with the predicate their loops spilled or their
+  // stacks grew), and r1w16 at 64 heads (ptxas serialized its wgmma for registers, C7512).
+  static constexpr bool PRED_STORES = !SPLIT && (!UNION || R == 8) && (!ROWS_IN_REGS || RS2 || S::CHUNKS == 1)
+                                     && !(R == 1 && H == 64 && CONS == 3);
+  // key n of the out row at `row` under predicate p: one predicated store, no branch
+  OPUS_DEV void store_key_if(bool p, char* row, int n, float v) const {
+    if constexpr (NARROW) {
+      const uint16_t h = narrow_out(args, v);
+      asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %0, 0;\n @q st.global.b16 [%1], %2;\n}\n"
+                   ::"r"(int(p)), "l"(reinterpret_cast<uint16_t*>(row) + n), "h"(h));
+    } else {
+      asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %0, 0;\n @q st.global.f32 [%1], %2;\n}\n"
+                   ::"r"(int(p)), "l"(reinterpret_cast<float*>(row) + n), "f"(v));
+    }
+  }
   // RS2: the (row, M block) bits of the even rows, which lanes t = 0, 1 store (t = 2, 3 the odd).
   static constexpr OPUS_HD uint32_t even_rows() {
     uint32_t m = 0u;
@@ -1082,6 +1102,11 @@ struct I8Consumer {
     }
     int n = n0 + key_of(mb, k_own ? 1 : 0);
     if constexpr (S::RELU_ALU) v = fmul_rn(v, gscale);
+    if constexpr (PRED_STORES) {
+      if constexpr (UNION) union_col(r, n, n0, n);  // the mask holds the window test
+      store_key_if(store_mask >> (r * S::MB + mb) & 1u, row_out(r), n, fmul_rn(v, scale));
+      return;
+    }
     if (store_mask >> (r * S::MB + mb) & 1u) {
       if constexpr (UNION) union_col(r, n, n0, n);  // the mask holds the window test
       store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));
@@ -1121,6 +1146,11 @@ struct I8Consumer {
       const float v = fadd_rn(lr ? h[1] : h[0], warp_xor(lr ? h[0] : h[1], 2));
       const int r = 2 * ch + lr;
       int n = n0 + key_of(mb, k);
+      if constexpr (PRED_STORES) {
+        if constexpr (UNION) union_col(r, n, n0, n);  // the mask holds the window test
+        store_key_if(store_mask >> (r * S::MB + mb) & 1u, pair_row(2 * ch, lr), n, v);
+        return;
+      }
       if (store_mask >> (r * S::MB + mb) & 1u) {
         if constexpr (UNION) union_col(r, n, n0, n);  // the mask holds the window test
         store_key<NARROW>(args, pair_row(2 * ch, lr), n, v);
