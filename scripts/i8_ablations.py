@@ -29,6 +29,7 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,judge,carve100 --ids 20,16,17,18  # work for the idle producer warp; the L1
     python3 scripts/i8_ablations.py --out .gl/abl --heads 32 --variants base,rows4 --ids 18,17  # four rows' out pointers in registers
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,pc4,onesetup,onesetuppc4 --ids 20,16,17  # a free later set-up's bound
+    python3 scripts/i8_ablations.py --out .gl/abl --heads 32 --variants base,r1branch --ids 20,16  # one-row stores: predicate or branch (TABLE=1)
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
     python3 scripts/i8_ablations.py --summarize log   # the medians as a markdown table, changes from base
     python3 scripts/i8_ablations.py --apply prefetchq   # land an exact variant the H200 measured (then the GPU suite)
@@ -1162,6 +1163,12 @@ EDITS["carve100"] = [("kernels.cu",
 # storepred (the fast stores through one predicated st.global, no branch) landed on 2026-12-05
 # (I8Consumer::PRED_STORES); nostore and storeend edit the branch form, which the kernels
 # outside PRED_STORES keep.
+
+# r1branch: r1w16 / r1w12 at 32 heads back to the branch form of the fast store (their pointers are
+# in registers; with the predicate the H200 read r1w16 at 32 heads +1%: docs/perf-notes.md,
+# twenty-ninth session). Exact.
+EDITS["r1branch"] = [("                                     && !(R == 1 && H == 64 && CONS == 3);\n",
+                      "                                     && !(R == 1 && H == 64 && CONS == 3) && !(R == 1 && H == 32);\n")]
 
 # rows4: the out rows in registers at four rows too (ROWS_IN_REGS for R <= 4; today two): a store
 # reads no pointer from shared memory (at four rows RS2's 18.7% at 32 heads came with one such
