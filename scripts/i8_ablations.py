@@ -1158,7 +1158,7 @@ EDITS["carve100"] = [("kernels.cu",
     "    if ((last_error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) != opus_success)\n      return false;\n"
     "    if ((last_error = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100)) != opus_success)\n      return false;\n")]
 
-# pairstore (every lane of a quad stores one sum) landed in the kernel in the twenty-sixth session
+# pairstore (every lane of a quad stores one sum) landed in the kernel in the twenty-eighth session
 # for two rows a chunk (I8Consumer::RS2); its pairing of one-row units at 64 heads was refuted
 # (docs/perf-notes.md, twenty-fifth session).
 # storepred (the fast stores through one predicated st.global, no branch) landed on 2026-12-05
