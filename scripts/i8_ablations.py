@@ -29,8 +29,6 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,judge,carve100 --ids 20,16,17,18  # work for the idle producer warp; the L1
     python3 scripts/i8_ablations.py --out .gl/abl --heads 32 --variants base,rows4 --ids 18,17  # four rows' out pointers in registers
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,pc4,onesetup,onesetuppc4 --ids 20,16,17  # a free later set-up's bound
-    python3 scripts/i8_ablations.py --out .gl/abl --heads 32 --variants base,r1branch --ids 20,16  # one-row stores: predicate or branch (TABLE=1)
-    python3 scripts/i8_ablations.py --out .gl/abl --heads 32 --variants base,unionahead --ids 41,42 --shapes '8 64 16384'  # PAGE=8 GATHER=1
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
     python3 scripts/i8_ablations.py --summarize log   # the medians as a markdown table, changes from base
     python3 scripts/i8_ablations.py --apply prefetchq   # land an exact variant the H200 measured (then the GPU suite)
@@ -1165,56 +1163,10 @@ EDITS["carve100"] = [("kernels.cu",
 # (I8Consumer::PRED_STORES); nostore and storeend edit the branch form, which the kernels
 # outside PRED_STORES keep.
 
-# r1branch: r1w16 / r1w12 at 32 heads back to the branch form of the fast store (their pointers are
-# in registers; with the predicate the H200 read r1w16 at 32 heads +1%: docs/perf-notes.md,
-# twenty-ninth session). Exact.
-EDITS["r1branch"] = [("                                     && !(R == 1 && H == 64 && CONS == 3);\n",
-                      "                                     && !(R == 1 && H == 64 && CONS == 3) && !(R == 1 && H == 32);\n")]
-
-# unionahead: the union bodies' RS2 stores (i8u / i8uc at 32 heads and up to eight rows) take
-# their list key (union_col: a shared-memory read) when the unit's sums are made, a unit before
-# the store, so the store between two units' wgmma no longer waits on it (storepred left i8u r8w12
-# unchanged, 209.0 us both: docs/perf-notes.md, twenty-ninth session). Exact: the same key.
-EDITS["unionahead"] = [
-    ("  OPUS_DEV void store_unit(int u, const float (&rs)[RPC][2], int n0, float scale, int mb0 = 0) const {\n",
-     "  // UNION, RS2: the out key unit u's store on this lane writes (its list key), taken ahead\n"
-     "  OPUS_DEV int union_key_of(int u, int n0, int mb0) const {\n"
-     "    const int mb = mb0 + u / S::CHUNKS, ch = u % S::CHUNKS, lr = (t >> 1) & 1;\n"
-     "    int n = n0 + key_of(mb, t & 1);\n"
-     "    union_col(2 * ch + lr, n, n0, n);\n"
-     "    return n;\n"
-     "  }\n"
-     "  template <bool UCOL = false>\n"
-     "  OPUS_DEV void store_unit(int u, const float (&rs)[RPC][2], int n0, float scale, int mb0 = 0, int ucol = 0) const {\n"),
-    ("      if constexpr (PRED_STORES) {\n"
-     "        if constexpr (UNION) union_col(r, n, n0, n);  // the mask holds the window test\n"
-     "        store_key_if(store_mask >> (r * S::MB + mb) & 1u, pair_row(2 * ch, lr), n, v);\n"
-     "        return;\n"
-     "      }\n"
-     "      if (store_mask >> (r * S::MB + mb) & 1u) {\n"
-     "        if constexpr (UNION) union_col(r, n, n0, n);  // the mask holds the window test\n",
-     "      if constexpr (UCOL) n = ucol;\n"
-     "      if constexpr (PRED_STORES) {\n"
-     "        if constexpr (UNION && !UCOL) union_col(r, n, n0, n);  // the mask holds the window test\n"
-     "        store_key_if(store_mask >> (r * S::MB + mb) & 1u, pair_row(2 * ch, lr), n, v);\n"
-     "        return;\n"
-     "      }\n"
-     "      if (store_mask >> (r * S::MB + mb) & 1u) {\n"
-     "        if constexpr (UNION && !UCOL) union_col(r, n, n0, n);  // the mask holds the window test\n"),
-    ("    int pend_u = 0;\n#pragma unroll\n    for (int u = 0; u < U; ++u) {\n"
-     "      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n",
-     "    int pend_u = 0, pend_col = 0;\n    constexpr bool UC = UNION && RS2;\n#pragma unroll\n    for (int u = 0; u < U; ++u) {\n"
-     "      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n"),
-    ("      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n      wgmma_fence();\n",
-     "      if (pending) store_unit<UC>(pend_u, pend, n0, pend_scale, mb0, pend_col);\n      wgmma_fence();\n"),
-    ("        pend_u = u - 1;\n      }\n    }\n    float wv[S::NT][2];\n    unit_weights((U - 1) % S::CHUNKS, wv);\n",
-     "        pend_u = u - 1;\n        if constexpr (UC) pend_col = union_key_of(pend_u, n0, mb0);\n      }\n    }\n"
-     "    float wv[S::NT][2];\n    unit_weights((U - 1) % S::CHUNKS, wv);\n"),
-    ("    if (pending) store_unit(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1], mb0);\n    float rs[RPC][2];\n"
-     "    if (unit_rows(U - 1, wv, rs)) store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);\n",
-     "    if (pending) store_unit<UC>(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1], mb0, pend_col);\n    float rs[RPC][2];\n"
-     "    if (unit_rows(U - 1, wv, rs)) store_unit<UC>(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0, UC ? union_key_of(U - 1, n0, mb0) : 0);\n"),
-]
+# r1branch (the one-row bodies at 32 heads back to the branch form of the fast store) landed in the
+# thirtieth session (I8Consumer::PRED_STORES); unionahead (the union bodies' list key read a unit
+# before the store) was refuted there, within 0.4% of base at i8u r4w12 / r8w12 and i8uc r4w12
+# (docs/perf-notes.md, thirtieth session).
 
 # rows4: the out rows in registers at four rows too (ROWS_IN_REGS for R <= 4; today two): a store
 # reads no pointer from shared memory (at four rows RS2's 18.7% at 32 heads came with one such

@@ -33,6 +33,10 @@
 // sequence's pool (the rows of a sequence overlap as candidate lists do, and a prefill's early
 // rows list early blocks; mqa_logits_mxfp4/problems.py draws them so too);
 // it runs the one-row instances and the union bodies (Free mode; it allocates their scratch).
+// RATIO=2 (or 4) compresses the keys as the model suites do: a sequence's rows are the last
+// ROWS_PER_SEQ of KEYS x RATIO positions, position p seeing (p + 1) / RATIO keys (DeepSeek-V4.1's
+// full-layer prefill, 16384 x 1 x 8192, is RATIO=2); 1 by default (row t of a sequence sees t
+// more keys than the one before it). A row that would see no key is not sampled by the check.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -173,6 +177,12 @@ int main(int argc, char** argv) {
   const int H = env_int("HEADS", 64);  // as the tree was built
   const int P = env_int("PAGE", 64), PPB = env_int("PPB", 1), span = P * PPB;
   const bool gather = env_int("GATHER", 0) != 0;
+  const int ratio = env_int("RATIO", 1);
+  if (ratio < 1 || M > ctx * ratio) {
+    std::printf("RATIO=%d: a sequence's %d rows need at least as many positions (KEYS x RATIO = %d)\n", ratio, M,
+                ctx * std::max(ratio, 1));
+    return 2;
+  }
   // a table row's entries (width), a sequence's blocks (its pool: 1.25x the width in gather mode)
   const int width = (ctx + span - 1) / span, pool = gather ? width + width / 4 : width;
   const int rows = B * M, blocks = B * pool, pages = blocks * PPB;
@@ -202,7 +212,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < blocks; ++i) perm[i] = i;
   for (int i = blocks - 1; i > 0; --i) std::swap(perm[i], perm[rnd() % (i + 1)]);
   for (int b = 0; b <= B; ++b) qsl[b] = b * M;
-  for (int r = 0; r < rows; ++r) ends[r] = ctx - (M - 1 - r % M);  // MTP: row t of a sequence sees t more keys
+  for (int r = 0; r < rows; ++r) ends[r] = (ctx * ratio - M + r % M + 1) / ratio;  // position p sees (p + 1) / RATIO keys
   if (!gather) {
     table = perm;  // sequence b's entries: perm[b * width ...]
   } else {
@@ -308,7 +318,9 @@ int main(int argc, char** argv) {
   int bad = 0;
   const int samples = 4000;
   for (int s = 0; s < samples; ++s) {
-    const int r = int(rnd() % rows), n = int(rnd() % ends[r]);
+    int r = int(rnd() % rows);
+    while (ends[r] == 0) r = int(rnd() % rows);  // a row that sees no key has no cell (RATIO > 1)
+    const int n = int(rnd() % ends[r]);
     const size_t slot = slot_of(r, n);
     double ref = 0, a = 0;
     for (int h = 0; h < H; ++h) {
