@@ -972,11 +972,11 @@ struct I8Consumer {
   // docs/perf-notes.md, twenty-ninth session). The groups whose rows span two chunks and the union
   // bodies below eight rows keep the branch (with the predicate their loops spilled or their
   // stacks grew), r1w16 at 64 heads (ptxas serialized its wgmma for registers, C7512), and the
-  // one-row bodies at 32 heads (their pointers sit in registers, the branch's stores were already
-  // off the path: with the predicate r1w16 was 1% slower on the H200 and on the H100, thirtieth
-  // session).
+  // fast one-row bodies at 32 heads (their pointers sit in registers, the branch's stores were
+  // already off the path: with the predicate r1w16 was 1% slower on the H200 and on the H100,
+  // thirtieth session; the canonical r1w12 there was not timed and keeps the predicate).
   static constexpr bool PRED_STORES = !SPLIT && (!UNION || R == 8) && (!ROWS_IN_REGS || RS2 || S::CHUNKS == 1)
-                                     && !(R == 1 && H == 64 && CONS == 3) && !(R == 1 && H == 32);
+                                     && !(R == 1 && ((H == 64 && CONS == 3) || (H == 32 && !CANON)));
   // key n of the out row at `row` under predicate p: one predicated store, no branch
   OPUS_DEV void store_key_if(bool p, char* row, int n, float v) const {
     if constexpr (NARROW) {
