@@ -867,6 +867,29 @@ EDITS["recahead"] = [
     ("  PieceWalk walk = make_walk(args, sv, R, sm.range);\n",
      "  PieceWalk walk = make_walk(args, sv, R, sm.range);\n"
      "  if (args.mode == kModeTable) walk.fi = FreeIter{rec0, rec1, rec2, rec3};\n")]
+# Table mode: the record also names its first sequence's bounds (fields 4-7: qa, qb, first tile,
+# span; the harness fills them, the op's records leave them zero), so the walk's first step
+# reads neither query_start_loc nor row_ends: two dependent global reads off both start-up
+# chains (the group's row windows, read next, are then the first trip after the record).
+# Combined with recahead (the record read at the entry) as recboth. Exact where the record is
+# the harness's (the same bounds the kernel would compute); measurement only.
+EDITS["recbounds"] = [
+    ("worksplit.h",
+     "  int lo = 0, hi = 0, stride = kPieceCost, qa = 0, qb = 0, units = 0;\n  bool in_seq = false;\n",
+     "  int lo = 0, hi = 0, stride = kPieceCost, qa = 0, qb = 0, units = 0;\n  bool in_seq = false;\n"
+     "  int pqa = -1, pqb = 0, plo = 0, pspan = 0;  // recbounds: sequence b's bounds from the record\n"),
+    ("worksplit.h",
+     "      int end, tlo, span;\n      sv.bounds(b, qa, qb, end, tlo, span);\n",
+     "      int end, tlo, span;\n"
+     "      if (pqa >= 0) {\n"
+     "        qa = imin(pqa, sv.num_rows);\n        qb = imin(imax(pqb, qa), sv.num_rows);\n"
+     "        tlo = imax(plo, 0);\n        span = imax(pspan, 0);\n        pqa = -1;\n"
+     "      } else {\n        sv.bounds(b, qa, qb, end, tlo, span);\n      }\n"),
+    ("    w.fi = FreeIter{rec[0], rec[1], rec[2], rec[3]};\n",
+     "    w.fi = FreeIter{rec[0], rec[1], rec[2], rec[3]};\n"
+     "    if (args.mode == kModeTable) {\n"
+     "      w.fi.pqa = rec[4];\n      w.fi.pqb = rec[5];\n      w.fi.plo = rec[6];\n      w.fi.pspan = rec[7];\n    }\n"),
+]
 # the split's set-up units (args.h's kPieceCost, 16) at other values: what the charge should be
 for _cost in (8, 24, 32):
     EDITS[f"pc{_cost}"] = [("args.h", "constexpr int kPieceCost = 16;", f"constexpr int kPieceCost = {_cost};")]
@@ -1187,7 +1210,7 @@ EDITS["carve100"] = [("kernels.cu",
 # read a unit gone). Exact.
 EDITS["rows4"] = [("  static constexpr bool ROWS_IN_REGS = R <= 2;\n", "  static constexpr bool ROWS_IN_REGS = R <= 4;\n")]
 
-COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
+COMBOS = {"recboth": ["recahead", "recbounds"], "onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
           "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],

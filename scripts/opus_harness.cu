@@ -293,6 +293,10 @@ int main(int argc, char** argv) {
       r[1] = cr.u_end;
       r[2] = cr.b;
       r[3] = cr.base;
+      if (cr.b < B) {  // fields 4-7, zero in the op's records: the first sequence's bounds, for the
+        int end;       // i8_ablations.py variants that start their walk from them (recbounds)
+        sv.bounds(cr.b, r[4], r[5], end, r[6], r[7]);
+      }
     }
     c.mode = kModeTable;
     c.records = desc(to_device(rec), kI32, {sms, kRecordInts});
