@@ -923,6 +923,72 @@ EDITS["warmstamps"] = EDITS["stamps"] + EDITS["warmsetup"] + [
     ("    if (blockIdx.x == 0 && ct == 0 && int(cols_fast) != 7) TS_ONCE(15);", "    if (blockIdx.x == 0 && ct == 0 && !warming && int(cols_fast) != 7) TS_ONCE(15);"),
     ("    if (blockIdx.x == 0 && ct == 0) TS_ONCE(16);", "    if (blockIdx.x == 0 && ct == 0 && !warming) TS_ONCE(16);"),
 ]
+# The consumers take their pieces from the stager (QSTAGE: the one-row bodies at <= 64 heads):
+# the stager, which walks the pieces anyway to stage each one's query inputs, also leaves the
+# piece, its group's keys and its row's window (one row_window read, as group_keys and the
+# set-up make) in the staged buffer, and a last entry that says there are no more; the consumers
+# walk nothing and read no global memory before their set-up. qpiececold: that alone (the
+# consumers wait for the staged piece where they walked); qpiece: with warmsetup's dry run first,
+# so the set-up's code is fetched while the stager and the producer read. Exact (the same values
+# from the same reads).
+_QP_COMMON = [
+    ("  float w[N];                       // their weights\n",
+     "  float w[N];                       // their weights\n"
+     "  int piece[5];                     // qpiece: the piece (b, r0, r1, t0, t1)\n"
+     "  int gb, ge, wb, we, more;         // its group's keys, its row's window; more = 0: no more pieces\n"
+     "  long long wbase;                  // its row's out offset\n"),
+    ("    if (lane == 0) bulk_copy(sm.qst.q, args.q + (long long)r0 * H * kHeadBytes, bytes, &sm.qst.full);\n",
+     "    if (lane == 0) bulk_copy(sm.qst.q, args.q + (long long)r0 * H * kHeadBytes, bytes, &sm.qst.full);\n"
+     "    if (lane == 0) {  // qpiece: what the consumers' walk, group_keys and set-up would read\n"
+     "      int s, e;\n      long long wb;\n      row_window(args, r0, true, s, e, wb);\n"
+     "      sm.qst.piece[0] = p.b;\n      sm.qst.piece[1] = p.r0;\n      sm.qst.piece[2] = p.r1;\n"
+     "      sm.qst.piece[3] = p.t0;\n      sm.qst.piece[4] = p.t1;\n"
+     "      sm.qst.gb = imin(s, e);\n      sm.qst.ge = e;\n      sm.qst.wb = s;\n      sm.qst.we = e;\n"
+     "      sm.qst.wbase = wb;\n      sm.qst.more = 1;\n    }\n"),
+    ("  uint32_t phase = 0;\n  OPUS_DEV void piece(const Piece& p) {\n    const int r0 = p.r0,",
+     "  uint32_t phase = 0;\n"
+     "  OPUS_DEV void finish() {  // qpiece: no more pieces\n"
+     "    mbar_wait(&sm.qst.empty, phase ^ 1u);\n    if (lane == 0) sm.qst.more = 0;\n    __syncwarp();\n"
+     "    mbar_arrive(&sm.qst.full);\n    phase ^= 1u;\n  }\n"
+     "  OPUS_DEV void piece(const Piece& p) {\n    const int r0 = p.r0,"),
+    ("          if (p.r1 > p.r0 && p.t1 > p.t0) stager.piece(p);\n        return;\n",
+     "          if (p.r1 > p.r0 && p.t1 > p.t0) stager.piece(p);\n        stager.finish();\n        return;\n"),
+    ("  uint32_t qphase = 0;  // QSTAGE: the staged inputs' phase\n",
+     "  uint32_t qphase = 0;  // QSTAGE: the staged inputs' phase\n"
+     "  static constexpr bool QP = S::QSTAGE && !UNION;  // qpiece: the pieces come from the stager\n"),
+    ("  OPUS_DEV void qstage_wait() {\n",
+     "  OPUS_DEV void qstage_wait() {\n    if constexpr (QP) return;  // qpiece: the consumers' loop waited for the piece\n"),
+    ("      if (wr < R) row_window(args, r0 + wr, r0 + wr < r1, wbeg, wend, wbase);\n",
+     "      if (wr < R) {\n        if constexpr (QP) {  // qpiece: the stager's read\n"
+     "          wbeg = sm.qst.wb;\n          wend = sm.qst.we;\n          wbase = sm.qst.wbase;\n"
+     "        } else {\n          row_window(args, r0 + wr, r0 + wr < r1, wbeg, wend, wbase);\n        }\n      }\n"),
+]
+_QP_NEXT = ("      mbar_wait(&sm.qst.full, cons.qphase);\n      if (sm.qst.more == 0) break;\n"
+            "      p = Piece{sm.qst.piece[0], sm.qst.piece[1], sm.qst.piece[2], sm.qst.piece[3], sm.qst.piece[4]};\n")
+EDITS["qpiececold"] = _QP_COMMON + [
+    ("    group_keys<R, UNION>(args, p, gbeg, gend);\n    const int kbeg = piece_first_key(p, gbeg);\n",
+     "    if constexpr (QP) {\n      gbeg = sm.qst.gb;\n      gend = sm.qst.ge;\n    } else {\n"
+     "      group_keys<R, UNION>(args, p, gbeg, gend);\n    }\n    const int kbeg = piece_first_key(p, gbeg);\n"),
+    ("  Piece p;\n  while (walk.next(args, R, p))\n    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n}\n",
+     "  Piece p;\n  if constexpr (I8Shape<R, H, CONS, SPLIT>::QSTAGE && !UNION) {  // qpiece: the stager's pieces\n"
+     "    while (true) {\n" + _QP_NEXT + "      cons.piece(p);\n    }\n  } else {\n"
+     "    while (walk.next(args, R, p))\n      if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n  }\n}\n"),
+]
+EDITS["qpiece"] = EDITS["warmsetup"] + _QP_COMMON + [
+    ("      group_keys<R, UNION>(args, p, gbeg, gend);\n    }\n    const int kbeg = warming",
+     "      if constexpr (QP) {\n        gbeg = sm.qst.gb;\n        gend = sm.qst.ge;\n      } else {\n"
+     "        group_keys<R, UNION>(args, p, gbeg, gend);\n      }\n    }\n    const int kbeg = warming"),
+    ("  while (first ? (first = false, true) : walk.next(args, R, p))\n    if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n}\n",
+     "  if constexpr (I8Shape<R, H, CONS, SPLIT>::QSTAGE && !UNION) {  // qpiece: the dry run, then the stager's pieces\n"
+     "    while (true) {\n      if (!first) {\n" + _QP_NEXT.replace("      ", "        ") + "      }\n"
+     "      first = false;\n      cons.piece(p);\n    }\n  } else {\n"
+     "    while (first ? (first = false, true) : walk.next(args, R, p))\n      if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n  }\n}\n"),
+]
+# qpiece with the stamps (the consumers' end stamps left out: qpiece rewrote that loop), each
+# set-up point taken by the real set-up only
+_WARM_TS = [(f"    if (blockIdx.x == 0 && ct == 0{c}) TS_ONCE({i});", f"    if (blockIdx.x == 0 && ct == 0 && !warming{c}) TS_ONCE({i});")
+            for i, c in ((9, ""), (10, ""), (14, " && qmax_hi != -12345"), (15, " && int(cols_fast) != 7"), (16, ""))]
+EDITS["qpiecestamps"] = EDITS["qpiece"] + [e for e in EDITS["stamps"] if "cons.piece(p);\n}\n" not in e[0]] + _WARM_TS
 # the split's set-up units (args.h's kPieceCost, 16) at other values: what the charge should be
 for _cost in (8, 24, 32):
     EDITS[f"pc{_cost}"] = [("args.h", "constexpr int kPieceCost = 16;", f"constexpr int kPieceCost = {_cost};")]
@@ -1243,7 +1309,7 @@ EDITS["carve100"] = [("kernels.cu",
 # read a unit gone). Exact.
 EDITS["rows4"] = [("  static constexpr bool ROWS_IN_REGS = R <= 2;\n", "  static constexpr bool ROWS_IN_REGS = R <= 4;\n")]
 
-COMBOS = {"recboth": ["recahead", "recbounds"], "warmrecboth": ["recahead", "recbounds", "warmsetup"], "onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
+COMBOS = {"recboth": ["recahead", "recbounds"], "qpiecerec": ["recahead", "recbounds", "qpiece"], "warmrecboth": ["recahead", "recbounds", "warmsetup"], "onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
           "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],
@@ -1400,7 +1466,7 @@ def main() -> int:
         for v in variants:
             for i in ids:
                 for shape in (a.shapes.split(";") if a.shapes else SHAPES.get(i, [])):
-                    env = "STAMPS=1 " if {"stamps", "warmstamps", "ctaends", "piecetimes", "boundary"} & set(COMBOS.get(v, [v])) else ""
+                    env = "STAMPS=1 " if {"stamps", "warmstamps", "qpiecestamps", "ctaends", "piecetimes", "boundary"} & set(COMBOS.get(v, [v])) else ""
                     env += "CTADUMP=1 " if "piecetimes" in COMBOS.get(v, [v]) else ""
                     env += "CTADUMP=raw " if "boundary" in COMBOS.get(v, [v]) else ""
                     env += "PREFILL=1 " if a.prefill else ""
