@@ -984,6 +984,40 @@ EDITS["qpiece"] = EDITS["warmsetup"] + _QP_COMMON + [
      "      first = false;\n      cons.piece(p);\n    }\n  } else {\n"
      "    while (first ? (first = false, true) : walk.next(args, R, p))\n      if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n  }\n}\n"),
 ]
+# warmsetup's dry run through one fast stage too (consumer 0's: convert, wgmma, epilogue and the
+# stores' code, every store masked off by the dry run's empty windows): no wait on the full
+# barrier, no release of the slot, no path count, the ring put back to its start after it.
+# Reads ring slot 0 while the producer may be filling it (values unused). Exact.
+_WARM_STAGE = [
+    ("    setup_group(p, gbeg, gend, kbeg);\n    if (warming) {\n      warming = false;\n      return;\n    }\n",
+     "    setup_group(p, gbeg, gend, kbeg);\n"),
+    ("        stage(n0);\n    }\n  }\n};",
+     "        stage(n0);\n    }\n    if (warming) {  // warmstage: the dry run's stage done, the ring back to its start\n"
+     "      ring = decltype(ring){};\n      warming = false;\n    }\n  }\n};"),
+    ("    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n",
+     "    if (!warming)\n    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n"),
+    ("      fast = bar_and(2 + c, 128, ok);  // the stage's one vote: all its keys in [vbeg, vend)\n    }\n",
+     "      fast = bar_and(2 + c, 128, ok);  // the stage's one vote: all its keys in [vbeg, vend)\n    }\n"
+     "    if (warming) fast = true;  // warmstage: the dry run runs the fast stage's code\n"),
+    ("    union_stage_keys(ring.slot);  // UNION: before this stage's stores\n    if (count_paths) atomicAdd",
+     "    union_stage_keys(ring.slot);  // UNION: before this stage's stores\n    if (count_paths && !warming) atomicAdd"),
+    # the dry stage releases a barrier of its own (a branch around the release, between the
+    # wgmma, made ptxas serialize r1w16's wgmma: C7520)
+    ("    uint64_t* const empty = &sm.empty[c][ring.slot];\n",
+     "    uint64_t* const empty = warming ? &sm.dry : &sm.empty[c][ring.slot];\n"),
+    ("  uint64_t full[CONS][S::STAGES];\n  uint64_t empty[CONS][S::STAGES];\n",
+     "  uint64_t full[CONS][S::STAGES];\n  uint64_t empty[CONS][S::STAGES];\n  uint64_t dry;  // warmstage: the dry stage's release (nobody waits on it)\n"),
+    ("        mbar_init(&sm.empty[c][s], 128);  // SPLIT: the converter (fast stages) or the consumer (canonical)\n      }\n",
+     "        mbar_init(&sm.empty[c][s], 128);  // SPLIT: the converter (fast stages) or the consumer (canonical)\n      }\n"
+     "    mbar_init(&sm.dry, 128);  // warmstage\n"),
+]
+# qpiece's dry run: no window (its staged buffer is not yet written), so no store of it can fire
+_QP_DRY_WINDOW = [("          wbeg = sm.qst.wb;\n          wend = sm.qst.we;\n          wbase = sm.qst.wbase;\n",
+                   "          wbeg = warming ? 0 : sm.qst.wb;\n          wend = warming ? 0 : sm.qst.we;\n"
+                   "          wbase = warming ? 0 : sm.qst.wbase;\n")]
+EDITS["qpiece"] = EDITS["qpiece"] + _QP_DRY_WINDOW
+EDITS["warmstage"] = EDITS["warmsetup"] + _WARM_STAGE
+EDITS["qpiecewarm"] = EDITS["qpiece"] + _WARM_STAGE
 # qpiece with the stamps (the consumers' end stamps left out: qpiece rewrote that loop), each
 # set-up point taken by the real set-up only
 _WARM_TS = [(f"    if (blockIdx.x == 0 && ct == 0{c}) TS_ONCE({i});", f"    if (blockIdx.x == 0 && ct == 0 && !warming{c}) TS_ONCE({i});")
@@ -1309,7 +1343,7 @@ EDITS["carve100"] = [("kernels.cu",
 # read a unit gone). Exact.
 EDITS["rows4"] = [("  static constexpr bool ROWS_IN_REGS = R <= 2;\n", "  static constexpr bool ROWS_IN_REGS = R <= 4;\n")]
 
-COMBOS = {"recboth": ["recahead", "recbounds"], "qpiecerec": ["recahead", "recbounds", "qpiece"], "warmrecboth": ["recahead", "recbounds", "warmsetup"], "onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
+COMBOS = {"recboth": ["recahead", "recbounds"], "qpiecerec": ["recahead", "recbounds", "qpiece"], "qpiecewarmrec": ["recahead", "recbounds", "qpiecewarm"], "warmrecboth": ["recahead", "recbounds", "warmsetup"], "onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
           "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],
