@@ -855,7 +855,8 @@ EDITS["prefetchmeta"] = [
      "  }\n")]
 # Table mode: the CTA's record read at the kernel's entry, before the barriers' set-up, so its
 # DRAM trip runs under the prologue; every warp (producers, stager and consumers) starts its walk
-# from these registers instead of reading the record after the CTA barrier. Exact: the same ints.
+# from these registers instead of reading the record after the CTA barrier (the rest of the
+# record, which recbounds reads in make_walk, is then in L1: one 32-byte sector). Exact.
 EDITS["recahead"] = [
     ("  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n",
      "  int rec0 = 0, rec1 = 0, rec2 = 0, rec3 = 0;  // recahead: the Table record, in flight under the prologue\n"
@@ -866,7 +867,8 @@ EDITS["recahead"] = [
      "  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n"),
     ("  PieceWalk walk = make_walk(args, sv, R, sm.range);\n",
      "  PieceWalk walk = make_walk(args, sv, R, sm.range);\n"
-     "  if (args.mode == kModeTable) walk.fi = FreeIter{rec0, rec1, rec2, rec3};\n")]
+     "  if (args.mode == kModeTable) {  // field by field: recbounds' fields stay as make_walk set them\n"
+     "    walk.fi.u = rec0;\n    walk.fi.u_end = rec1;\n    walk.fi.b = rec2;\n    walk.fi.base = rec3;\n  }\n")]
 # Table mode: the record also names its first sequence's bounds (fields 4-7: qa, qb, first tile,
 # span; the harness fills them, the op's records leave them zero), so the walk's first step
 # reads neither query_start_loc nor row_ends: two dependent global reads off both start-up
