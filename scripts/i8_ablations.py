@@ -918,13 +918,12 @@ EDITS["warmsetup"] = [
      "  bool first = I8Shape<R, H, CONS, SPLIT>::QSTAGE && !UNION;\n  cons.warming = first;\n"
      "  while (first ? (first = false, true) : walk.next(args, R, p))\n"),
 ]
-# warmsetup with the stamps, their set-up points taken by the real set-up only
-EDITS["warmstamps"] = EDITS["stamps"] + EDITS["warmsetup"] + [
-    ("    if (blockIdx.x == 0 && ct == 0) TS_ONCE(9);", "    if (blockIdx.x == 0 && ct == 0 && !warming) TS_ONCE(9);"),
-    ("    if (blockIdx.x == 0 && ct == 0 && qmax_hi != -12345) TS_ONCE(14);", "    if (blockIdx.x == 0 && ct == 0 && !warming && qmax_hi != -12345) TS_ONCE(14);"),
-    ("    if (blockIdx.x == 0 && ct == 0 && int(cols_fast) != 7) TS_ONCE(15);", "    if (blockIdx.x == 0 && ct == 0 && !warming && int(cols_fast) != 7) TS_ONCE(15);"),
-    ("    if (blockIdx.x == 0 && ct == 0) TS_ONCE(16);", "    if (blockIdx.x == 0 && ct == 0 && !warming) TS_ONCE(16);"),
-]
+# The stamps' set-up points taken by the real set-up only, not by the dry run (warmstamps,
+# qpiecestamps)
+_WARM_TS = [(f"    if (blockIdx.x == 0 && ct == 0{c}) TS_ONCE({i});", f"    if (blockIdx.x == 0 && ct == 0 && !warming{c}) TS_ONCE({i});")
+            for i, c in ((9, ""), (10, ""), (14, " && qmax_hi != -12345"), (15, " && int(cols_fast) != 7"), (16, ""))]
+# warmsetup with the stamps (its dry run returns before TS 10)
+EDITS["warmstamps"] = EDITS["stamps"] + EDITS["warmsetup"] + [e for e in _WARM_TS if "TS_ONCE(10)" not in e[0]]
 # The consumers take their pieces from the stager (QSTAGE: the one-row bodies at <= 64 heads):
 # the stager, which walks the pieces anyway to stage each one's query inputs, also leaves the
 # piece, its group's keys and its row's window (one row_window read, as group_keys and the
@@ -976,6 +975,10 @@ EDITS["qpiececold"] = _QP_COMMON + [
      "    while (true) {\n" + _QP_NEXT + "      cons.piece(p);\n    }\n  } else {\n"
      "    while (walk.next(args, R, p))\n      if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n  }\n}\n"),
 ]
+# qpiece's dry run: no window (its staged buffer is not yet written), so no store of it can fire
+_QP_DRY_WINDOW = [("          wbeg = sm.qst.wb;\n          wend = sm.qst.we;\n          wbase = sm.qst.wbase;\n",
+                   "          wbeg = warming ? 0 : sm.qst.wb;\n          wend = warming ? 0 : sm.qst.we;\n"
+                   "          wbase = warming ? 0 : sm.qst.wbase;\n")]
 EDITS["qpiece"] = EDITS["warmsetup"] + _QP_COMMON + [
     ("      group_keys<R, UNION>(args, p, gbeg, gend);\n    }\n    const int kbeg = warming",
      "      if constexpr (QP) {\n        gbeg = sm.qst.gb;\n        gend = sm.qst.ge;\n      } else {\n"
@@ -985,7 +988,7 @@ EDITS["qpiece"] = EDITS["warmsetup"] + _QP_COMMON + [
      "    while (true) {\n      if (!first) {\n" + _QP_NEXT.replace("      ", "        ") + "      }\n"
      "      first = false;\n      cons.piece(p);\n    }\n  } else {\n"
      "    while (first ? (first = false, true) : walk.next(args, R, p))\n      if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);\n  }\n}\n"),
-]
+] + _QP_DRY_WINDOW
 # warmsetup's dry run through one fast stage too (consumer 0's: convert, wgmma, epilogue and the
 # stores' code, every store masked off by the dry run's empty windows): no wait on the full
 # barrier, no release of the slot, no path count, the ring put back to its start after it.
@@ -1013,17 +1016,9 @@ _WARM_STAGE = [
      "        mbar_init(&sm.empty[c][s], 128);  // SPLIT: the converter (fast stages) or the consumer (canonical)\n      }\n"
      "    mbar_init(&sm.dry, 128);  // warmstage\n"),
 ]
-# qpiece's dry run: no window (its staged buffer is not yet written), so no store of it can fire
-_QP_DRY_WINDOW = [("          wbeg = sm.qst.wb;\n          wend = sm.qst.we;\n          wbase = sm.qst.wbase;\n",
-                   "          wbeg = warming ? 0 : sm.qst.wb;\n          wend = warming ? 0 : sm.qst.we;\n"
-                   "          wbase = warming ? 0 : sm.qst.wbase;\n")]
-EDITS["qpiece"] = EDITS["qpiece"] + _QP_DRY_WINDOW
 EDITS["warmstage"] = EDITS["warmsetup"] + _WARM_STAGE
 EDITS["qpiecewarm"] = EDITS["qpiece"] + _WARM_STAGE
-# qpiece with the stamps (the consumers' end stamps left out: qpiece rewrote that loop), each
-# set-up point taken by the real set-up only
-_WARM_TS = [(f"    if (blockIdx.x == 0 && ct == 0{c}) TS_ONCE({i});", f"    if (blockIdx.x == 0 && ct == 0 && !warming{c}) TS_ONCE({i});")
-            for i, c in ((9, ""), (10, ""), (14, " && qmax_hi != -12345"), (15, " && int(cols_fast) != 7"), (16, ""))]
+# qpiece with the stamps (the consumers' end stamps left out: qpiece rewrote that loop)
 EDITS["qpiecestamps"] = EDITS["qpiece"] + [e for e in EDITS["stamps"] if "cons.piece(p);\n}\n" not in e[0]] + _WARM_TS
 # The fast one-row bodies at 32 heads back on the predicated stores (what the thirtieth session
 # took them off, timed on an H100 only): the same A/B on an H200 settles it.
@@ -1349,7 +1344,7 @@ EDITS["carve100"] = [("kernels.cu",
 # read a unit gone). Exact.
 EDITS["rows4"] = [("  static constexpr bool ROWS_IN_REGS = R <= 2;\n", "  static constexpr bool ROWS_IN_REGS = R <= 4;\n")]
 
-COMBOS = {"recboth": ["recahead", "recbounds"], "qpiecerec": ["recahead", "recbounds", "qpiece"], "qpiecewarmrec": ["recahead", "recbounds", "qpiecewarm"], "warmrecboth": ["recahead", "recbounds", "warmsetup"], "onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
+COMBOS = {"recboth": ["recahead", "recbounds"], "qpiecerec": ["recahead", "recbounds", "qpiece"], "qpiecewarmrec": ["recahead", "recbounds", "qpiecewarm"], "onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
           "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],
