@@ -853,45 +853,6 @@ EDITS["prefetchmeta"] = [
      "      if (args.row_starts != nullptr) asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(args.row_starts + 32 * l));\n"
      "    }\n"
      "  }\n")]
-# Table mode: the CTA's record read at the kernel's entry, before the barriers' set-up, so its
-# DRAM trip runs under the prologue; every warp (producers, stager and consumers) starts its walk
-# from these registers instead of reading the record after the CTA barrier (the rest of the
-# record, which recbounds reads in make_walk, is then in L1: one 32-byte sector). Exact.
-EDITS["recahead"] = [
-    ("  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n",
-     "  int rec0 = 0, rec1 = 0, rec2 = 0, rec3 = 0;  // recahead: the Table record, in flight under the prologue\n"
-     "  if (args.mode == kModeTable) {\n"
-     "    const int32_t* rec = args.records + (long long)blockIdx.x * kRecordInts;\n"
-     "    rec0 = __ldg(rec); rec1 = __ldg(rec + 1); rec2 = __ldg(rec + 2); rec3 = __ldg(rec + 3);\n"
-     "  }\n"
-     "  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n"),
-    ("  PieceWalk walk = make_walk(args, sv, R, sm.range);\n",
-     "  PieceWalk walk = make_walk(args, sv, R, sm.range);\n"
-     "  if (args.mode == kModeTable) {  // field by field: recbounds' fields stay as make_walk set them\n"
-     "    walk.fi.u = rec0;\n    walk.fi.u_end = rec1;\n    walk.fi.b = rec2;\n    walk.fi.base = rec3;\n  }\n")]
-# Table mode: the record also names its first sequence's bounds (fields 4-7: qa, qb, first tile,
-# span; the harness fills them, the op's records leave them zero), so the walk's first step
-# reads neither query_start_loc nor row_ends: two dependent global reads off both start-up
-# chains (the group's row windows, read next, are then the first trip after the record).
-# Combined with recahead (the record read at the entry) as recboth. Exact where the record is
-# the harness's (the same bounds the kernel would compute); measurement only.
-EDITS["recbounds"] = [
-    ("worksplit.h",
-     "  int lo = 0, hi = 0, stride = kPieceCost, qa = 0, qb = 0, units = 0;\n  bool in_seq = false;\n",
-     "  int lo = 0, hi = 0, stride = kPieceCost, qa = 0, qb = 0, units = 0;\n  bool in_seq = false;\n"
-     "  int pqa = -1, pqb = 0, plo = 0, pspan = 0;  // recbounds: sequence b's bounds from the record\n"),
-    ("worksplit.h",
-     "      int end, tlo, span;\n      sv.bounds(b, qa, qb, end, tlo, span);\n",
-     "      int end, tlo, span;\n"
-     "      if (pqa >= 0) {\n"
-     "        qa = imin(pqa, sv.num_rows);\n        qb = imin(imax(pqb, qa), sv.num_rows);\n"
-     "        tlo = imax(plo, 0);\n        span = imax(pspan, 0);\n        pqa = -1;\n"
-     "      } else {\n        sv.bounds(b, qa, qb, end, tlo, span);\n      }\n"),
-    ("    w.fi = FreeIter{rec[0], rec[1], rec[2], rec[3]};\n",
-     "    w.fi = FreeIter{rec[0], rec[1], rec[2], rec[3]};\n"
-     "    if (args.mode == kModeTable) {\n"
-     "      w.fi.pqa = rec[4];\n      w.fi.pqb = rec[5];\n      w.fi.plo = rec[6];\n      w.fi.pspan = rec[7];\n    }\n"),
-]
 # The set-up's code fetched before the first real set-up: the one-row kernels that stage their
 # query inputs (QSTAGE) run the consumers' piece once on no rows before their walk -- the same
 # code (one call site), no global reads, no staged-buffer handshake, every shared value it writes
@@ -1344,7 +1305,7 @@ EDITS["carve100"] = [("kernels.cu",
 # read a unit gone). Exact.
 EDITS["rows4"] = [("  static constexpr bool ROWS_IN_REGS = R <= 2;\n", "  static constexpr bool ROWS_IN_REGS = R <= 4;\n")]
 
-COMBOS = {"recboth": ["recahead", "recbounds"], "qpiecerec": ["recahead", "recbounds", "qpiece"], "qpiecewarmrec": ["recahead", "recbounds", "qpiecewarm"], "onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
+COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
           "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],

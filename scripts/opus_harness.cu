@@ -293,8 +293,8 @@ int main(int argc, char** argv) {
       r[1] = cr.u_end;
       r[2] = cr.b;
       r[3] = cr.base;
-      if (cr.b < B) {  // fields 4-7, zero in the op's records: the first sequence's bounds, for the
-        int end;       // i8_ablations.py variants that start their walk from them (recbounds)
+      if (cr.b < B) {  // fields 4-7: the first sequence's rows and key tiles (core/records.py)
+        int end;
         sv.bounds(cr.b, r[4], r[5], end, r[6], r[7]);
       }
     }

@@ -244,7 +244,7 @@ def all_pieces(qsl, ends, starts, rows, block_n, nprog, parts, cap=worksplit.NO_
 
 
 def triton_records(qsl, ends, starts, nprog, rows, block_n, cap=worksplit.NO_CAP):
-    """The shared Triton schedule kernel's records (u_begin, u_end, b, base) under the interpreter."""
+    """The shared Triton schedule kernel's records (all RECORD_INTS fields) under the interpreter."""
     from mqa_logits_mxfp4.worksplit.kernel import build_schedule_kernel
     records = torch.full((nprog, 8), -1, dtype=torch.int32)
     row_ends = torch.tensor(ends or [0], dtype=torch.int32)
@@ -252,7 +252,7 @@ def triton_records(qsl, ends, starts, nprog, rows, block_n, cap=worksplit.NO_CAP
     build_schedule_kernel[(nprog,)](torch.tensor(qsl, dtype=torch.int32), row_ends, row_starts, records,
                                     len(qsl) - 1, len(ends), cap, R=rows, BLOCK_N=block_n, SEQ_P2=lanes_for(qsl),
                                     HAS_STARTS=starts is not None)
-    return [r[:4] for r in records.tolist()]
+    return records.tolist()
 
 
 @pytest.mark.skipif(not INTERPRETING, reason="the Triton schedule kernel runs on the CPU under TRITON_INTERPRET=1")
@@ -263,7 +263,7 @@ def test_cta_range_matches_the_triton_schedule_records(rows, block_n):
         for starts in (None, valid_starts(qsl, ends, rng), broken_starts(ends, rng)):
             for nprog in (1, 3, 8):
                 want = worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes_for(qsl), row_starts=starts)
-                assert triton_records(qsl, ends, starts, nprog, rows, block_n) == [r[:4] for r in want], \
+                assert triton_records(qsl, ends, starts, nprog, rows, block_n) == want, \
                     (qsl, ends, starts, nprog)
 
 
@@ -278,7 +278,7 @@ def test_broken_row_tensors_keep_the_split_inside_rows_and_cap(rows, block_n):
         for starts in (None, broken_starts(ends, rng)):
             for nprog in (1, 3, 8):
                 want = worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes_for(qsl), cap, starts)
-                assert triton_records(qsl, ends, starts, nprog, rows, block_n, cap) == [r[:4] for r in want], \
+                assert triton_records(qsl, ends, starts, nprog, rows, block_n, cap) == want, \
                     (qsl, ends, starts, nprog)
                 for piece in [p for ps in all_pieces(qsl, ends, starts, rows, block_n, nprog, 3, cap).values()
                               for p in ps]:
@@ -333,7 +333,7 @@ def test_each_group_start_is_charged_its_set_up_units():
     assert [list(worksplit.free_work(qsl, ends, *r[:4], 1, 64)) for r in recs] == [
         [], [], [(0, 0, 1, 0, 3)], [(0, 0, 1, 3, 10)]]
     if INTERPRETING:
-        assert triton_records(qsl, ends, None, 4, 1, 64) == [r[:4] for r in recs]
+        assert triton_records(qsl, ends, None, 4, 1, 64) == recs
 
 
 def test_row_starts_shrink_the_work_and_leave_the_no_starts_split_as_it_was():

@@ -389,6 +389,16 @@ def test_work_split_matches_the_python_statement(rows):
         want_free = [[list(pc) for pc in worksplit.free_work(qsl, ends, *r, rows, 64, cap, starts)]
                      for r in want_ranges]
         assert got["free"] == want_free, (qsl, ends, starts, nprog)
+        # Table mode's records carry the first sequence's bounds (fields 4-7): worksplit.h computes
+        # the same, and a walk started from them scores the same pieces
+        want_bounds = [r[4:] for r in worksplit.schedule_records(qsl, ends, nprog, rows, 64, lanes, cap, starts)]
+        assert got["bounds"] == want_bounds, (qsl, ends, starts, nprog)
+        assert got["table"] == want_free, (qsl, ends, starts, nprog)
+        # broken fields 4-7 (the records are the caller's tensor): clamped, rows inside the rows
+        # and no piece longer than the cap's tiles
+        for b, r0, r1, t0, t1 in (pc for ps in got["broken"] for pc in ps):
+            assert 0 <= r0 <= r1 <= len(ends) and 0 <= t0 <= t1 and t1 - t0 <= min(cap, 2**31 - 1) // 64 + 1, \
+                (qsl, ends, starts, nprog, (b, r0, r1, t0, t1))
         groups = max(1, -(-len(ends) // rows))
         want_prefill = [[list(pc) for pc in worksplit.prefill_work(qsl, ends, g, part, rows, 64, parts, cap, starts)]
                         for g in range(groups) for part in range(parts)]

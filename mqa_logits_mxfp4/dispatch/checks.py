@@ -8,6 +8,7 @@ import torch
 from ..core.errors import InputError, ScheduleError
 from ..core.outputs import OUT_DTYPES
 from ..formats import as_uint8
+from ..core.records import RECORD_FIELDS
 from ..worksplit.rules import schedule_records, seq_lanes
 from . import registry
 
@@ -261,9 +262,9 @@ def _check_records(cfg, query_start_loc, row_ends, records, row_starts=None) -> 
     want = schedule_records(query_start_loc.tolist(), row_ends.tolist(), cfg.table_grid, inst.rows,
                             inst.block_n, seq_lanes(cfg.max_seqs), cfg.max_seq_len,
                             None if row_starts is None else row_starts.tolist())
-    got = records[:cfg.table_grid, :4].tolist()
+    got = records[:cfg.table_grid].tolist()
     for p, (g, w) in enumerate(zip(got, want)):
-        if g != w[:4]:
-            raise ScheduleError(f"the schedule's records are stale: program {p} holds (u_begin, u_end, b, base) = "
-                                f"{tuple(g)}, query_start_loc and row_ends now give {tuple(w[:4])}; rebuild the "
+        if g != w:
+            raise ScheduleError(f"the schedule's records are stale: program {p} holds {RECORD_FIELDS} = "
+                                f"{tuple(g)}, query_start_loc and row_ends now give {tuple(w)}; rebuild the "
                                 "schedule after changing them")

@@ -59,17 +59,25 @@ def group_units(span):
 
 
 @triton.jit
+def seq_bounds(qsl_ptr, re_ptr, rs_ptr, seqs, num_seqs, num_rows, seq_cap,
+               BLOCK_N: tl.constexpr, HAS_STARTS: tl.constexpr):
+    """(qa, qb, lo, span) of the sequences `seqs` (worksplit/rules.py's seq_units: rows [qa, qb),
+    key tiles [lo, lo + span)); zeros past num_seqs."""
+    smask = seqs < num_seqs
+    qa = seq_start(qsl_ptr, seqs, num_rows, smask)
+    qb = tl.maximum(seq_start(qsl_ptr, seqs + 1, num_rows, smask), qa)
+    end = row_end(re_ptr, qb - 1, seq_cap, smask & (qb > qa))
+    lo, span = seq_tiles(rs_ptr, qa, end, smask & (qb > qa), BLOCK_N, HAS_STARTS)
+    return qa, qb, lo, span
+
+
+@triton.jit
 def cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
               R: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_P2: tl.constexpr, HAS_STARTS: tl.constexpr):
     """Program pid's unit range and its first sequence: (u_begin, u_end, b, units before b)."""
     seqs = tl.arange(0, SEQ_P2)
-    smask = seqs < num_seqs
-    qa = seq_start(qsl_ptr, seqs, num_rows, smask)
-    qb = tl.maximum(seq_start(qsl_ptr, seqs + 1, num_rows, smask), qa)
-    n = qb - qa
-    end = row_end(re_ptr, qb - 1, seq_cap, smask & (n > 0))
-    lo, span = seq_tiles(rs_ptr, qa, end, smask & (n > 0), BLOCK_N, HAS_STARTS)
-    units = tl.cdiv(n, R) * group_units(span)
+    qa, qb, lo, span = seq_bounds(qsl_ptr, re_ptr, rs_ptr, seqs, num_seqs, num_rows, seq_cap, BLOCK_N, HAS_STARTS)
+    units = tl.cdiv(qb - qa, R) * group_units(span)
     total = tl.sum(units, axis=0).to(tl.int64)
     u_begin = ((pid * total) // nprog).to(tl.int32)
     u_end = (((pid + 1) * total) // nprog).to(tl.int32)
@@ -84,12 +92,19 @@ def cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
 def build_schedule_kernel(qsl_ptr, re_ptr, rs_ptr, sched_ptr, num_seqs, num_rows, seq_cap,
                           R: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_P2: tl.constexpr,
                           HAS_STARTS: tl.constexpr):
-    """Table mode: one 32-byte record per program of the scoring launch."""
+    """Table mode: one 32-byte record per program of the scoring launch (core/records.py)."""
     pid = tl.program_id(0)
     u_begin, u_end, b, base = cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid,
                                         tl.num_programs(0), R, BLOCK_N, SEQ_P2, HAS_STARTS)
+    seqs = tl.arange(0, SEQ_P2)
+    qa, qb, lo, span = seq_bounds(qsl_ptr, re_ptr, rs_ptr, seqs, num_seqs, num_rows, seq_cap, BLOCK_N, HAS_STARTS)
+    first = (seqs == b) & (seqs < num_seqs)  # sequence b's bounds (none past the sequences)
     rec = sched_ptr + pid * RECORD_INTS
     tl.store(rec + 0, u_begin)
     tl.store(rec + 1, u_end)
     tl.store(rec + 2, b)
     tl.store(rec + 3, base)
+    tl.store(rec + 4, tl.sum(tl.where(first, qa, 0), axis=0))
+    tl.store(rec + 5, tl.sum(tl.where(first, qb, 0), axis=0))
+    tl.store(rec + 6, tl.sum(tl.where(first, lo, 0), axis=0))
+    tl.store(rec + 7, tl.sum(tl.where(first, span, 0), axis=0))

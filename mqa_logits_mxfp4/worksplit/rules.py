@@ -116,10 +116,19 @@ def cta_range(qsl: Sequence[int], row_ends: Sequence[int], pid: int, nprog: int,
 def schedule_records(qsl: Sequence[int], row_ends: Sequence[int], nprog: int, rows: int,
                      block_n: int, lanes: int, cap: int = NO_CAP,
                      row_starts: Sequence[int] | None = None) -> list[list[int]]:
-    """Table mode's records (core/records.py's layout), [u_begin, u_end, b, base, 0, 0, 0, 0] per program."""
-    pad = [0] * (RECORD_INTS - len(RECORD_FIELDS))
-    return [list(cta_range(qsl, row_ends, p, nprog, rows, block_n, lanes, cap, row_starts)) + pad
-            for p in range(nprog)]
+    """Table mode's records (core/records.py's layout), one a program: [u_begin, u_end, b, base,
+    qa, qb, lo, span], the last four sequence b's as seq_units reads them (zeros past the sequences)."""
+    assert len(RECORD_FIELDS) == RECORD_INTS
+    num_seqs = len(qsl) - 1
+    records = []
+    for p in range(nprog):
+        u_begin, u_end, b, base = cta_range(qsl, row_ends, p, nprog, rows, block_n, lanes, cap, row_starts)
+        first = [0, 0, 0, 0]
+        if b < num_seqs:
+            qa, qb, _, lo, stride, _ = seq_units(qsl, row_ends, b, rows, block_n, cap, row_starts)
+            first = [qa, qb, lo, stride - PIECE_COST]
+        records.append([u_begin, u_end, b, base, *first])
+    return records
 
 
 def free_work(qsl: Sequence[int], row_ends: Sequence[int], u: int, u_end: int, b: int, base: int,

@@ -89,7 +89,12 @@ struct FreeIter {
   int lo = 0, hi = 0, stride = kPieceCost, qa = 0, qb = 0, units = 0;
   bool in_seq = false;
 
-  OPUS_HD bool next(const SeqView& sv, int rows, Piece& p) {
+  // rec: Table mode's record of this program (core/records.py), or null. Its fields 4, 5 and 7
+  // are the first sequence's rows and tiles a group: entering that sequence from them reads
+  // neither query_start_loc nor row_ends (two dependent trips on the start-up's path; the record
+  // is in L1 since the walk's fields were read from it). They are clamped as those reads are: a
+  // broken record names no row past the rows and no tile past the cap.
+  OPUS_HD bool next(const SeqView& sv, int rows, Piece& p, const int32_t* rec = nullptr) {
     while (true) {
       if (in_seq) {
         if (lo < hi) {  // the groups this program touches, each with its own tile range
@@ -114,15 +119,28 @@ struct FreeIter {
         in_seq = false;
       }
       if (!(u < u_end && b < sv.num_seqs) || b < 0) return false;
-      int end, tlo, span;
-      sv.bounds(b, qa, qb, end, tlo, span);
-      stride = kPieceCost + span;
-      units = cdiv_nonneg(qb - qa, rows) * SeqView::group_units(span);
-      lo = imax(u - base, 0);  // negative only for a corrupted record
-      hi = imin(u_end - base, units);
-      if (hi > lo) u = base + hi;
-      in_seq = true;
+      int sqa, sqb, end, tlo, span;
+      if (rec != nullptr && b == rec[2] && rec[4] >= 0) {
+        sqa = imin(rec[4], sv.num_rows);
+        sqb = imin(imax(rec[5], sqa), sv.num_rows);
+        span = imin(imax(rec[7], 0), sv.key_cap / kBlockN + 1);
+      } else {
+        sv.bounds(b, sqa, sqb, end, tlo, span);
+      }
+      enter(sqa, sqb, span, rows);
     }
+  }
+  // Sequence b, rows [qa, qb), `span` key tiles a group: its units, and the groups of it this
+  // program's units [u, u_end) touch.
+  OPUS_HD void enter(int sqa, int sqb, int span, int rows) {
+    qa = sqa;
+    qb = sqb;
+    stride = kPieceCost + span;
+    units = cdiv_nonneg(qb - qa, rows) * SeqView::group_units(span);
+    lo = imax(u - base, 0);  // negative only for a corrupted record
+    hi = imin(u_end - base, units);
+    if (hi > lo) u = base + hi;
+    in_seq = true;
   }
 };
 
