@@ -235,55 +235,41 @@ static int cmd_worksplit() {
       const CtaRange cr = cta_range_serial(sv, R, p, nprog);
       std::printf("%s[%d, %d, %d, %d]", p ? ", " : "", cr.u_begin, cr.u_end, cr.b, cr.base);
     }
-    std::printf("], \"free\": [");
-    for (int p = 0; p < nprog; ++p) {
+    // program p's pieces, its walk started from record fields 0-3 and given `rec` (or none: Free)
+    const auto walk = [&](int p, const int32_t* rec) {
       const CtaRange cr = cta_range_serial(sv, R, p, nprog);
       FreeIter it{cr.u_begin, cr.u_end, cr.b, cr.base};
       Piece piece;
       bool first = true;
       std::printf("%s[", p ? ", " : "");
-      while (it.next(sv, R, piece)) print_piece(piece, first);
+      while (it.next(sv, R, piece, rec)) print_piece(piece, first);
       std::printf("]");
-    }
+    };
+    std::printf("], \"free\": [");
+    for (int p = 0; p < nprog; ++p) walk(p, nullptr);
     // Table mode: the same programs started from their records' first-sequence bounds (fields
     // 4-7, as worksplit/rules.py's schedule_records writes them: sequence b's seq_units)
     std::printf("], \"bounds\": [");
+    std::vector<int32_t> recs(std::size_t(nprog) * kRecordInts, 0);
     for (int p = 0; p < nprog; ++p) {
       const CtaRange cr = cta_range_serial(sv, R, p, nprog);
-      int qa = 0, qb = 0, end = 0, lo = 0, span = 0;
-      if (cr.b < num_seqs) sv.bounds(cr.b, qa, qb, end, lo, span);
-      std::printf("%s[%d, %d, %d, %d]", p ? ", " : "", qa, qb, lo, span);
+      int32_t* rec = &recs[std::size_t(p) * kRecordInts];
+      rec[2] = cr.b;
+      int end = 0;
+      if (cr.b < num_seqs) sv.bounds(cr.b, rec[4], rec[5], end, rec[6], rec[7]);
+      std::printf("%s[%d, %d, %d, %d]", p ? ", " : "", rec[4], rec[5], rec[6], rec[7]);
     }
     std::printf("], \"table\": [");
-    for (int p = 0; p < nprog; ++p) {
-      const CtaRange cr = cta_range_serial(sv, R, p, nprog);
-      int32_t rec[kRecordInts] = {cr.u_begin, cr.u_end, cr.b, cr.base, 0, 0, 0, 0};
-      if (cr.b < num_seqs) {
-        int end;
-        sv.bounds(cr.b, rec[4], rec[5], end, rec[6], rec[7]);
-      }
-      FreeIter it{rec[0], rec[1], rec[2], rec[3]};
-      Piece piece;
-      bool first = true;
-      std::printf("%s[", p ? ", " : "");
-      while (it.next(sv, R, piece, rec)) print_piece(piece, first);
-      std::printf("]");
-    }
+    for (int p = 0; p < nprog; ++p) walk(p, &recs[std::size_t(p) * kRecordInts]);
     // ... and from records whose fields 4-7 are broken (rows past the rows, qb below qa, spans
     // negative or past the cap): the walk ends, and names no row past the rows
     std::printf("], \"broken\": [");
     const int32_t bad[4][4] = {{num_rows + 5, num_rows + 9, 0, 1 << 30}, {num_rows / 2, 0, -3, -7},
                                {0, num_rows + 100, 1 << 20, 1 << 30}, {3, 2, 0, 5}};
     for (int p = 0; p < nprog; ++p) {
-      const CtaRange cr = cta_range_serial(sv, R, p, nprog);
-      const int32_t* f = bad[p % 4];
-      const int32_t rec[kRecordInts] = {cr.u_begin, cr.u_end, cr.b, cr.base, f[0], f[1], f[2], f[3]};
-      FreeIter it{rec[0], rec[1], rec[2], rec[3]};
-      Piece piece;
-      bool first = true;
-      std::printf("%s[", p ? ", " : "");
-      while (it.next(sv, R, piece, rec)) print_piece(piece, first);
-      std::printf("]");
+      int32_t* rec = &recs[std::size_t(p) * kRecordInts];
+      for (int i = 0; i < 4; ++i) rec[4 + i] = bad[p % 4][i];
+      walk(p, rec);
     }
     const int groups = num_rows > 0 ? (num_rows + R - 1) / R : 1;
     std::printf("], \"prefill\": [");

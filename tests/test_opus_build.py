@@ -381,6 +381,7 @@ def test_work_split_matches_the_python_statement(rows):
                     for qsl, ends, cap, nprog, parts, starts in jobs)
     out = [json.loads(line) for line in run_host("worksplit", stdin=stdin).splitlines()]
     assert len(out) == len(jobs)
+    walks_from_broken = 0
     for (qsl, ends, cap, nprog, parts, starts), got in zip(jobs, out):
         lanes = len(qsl) - 1   # no padding lanes: those only count into b when there is no work
         want_ranges = [list(worksplit.cta_range(qsl, ends, p, nprog, rows, 64, lanes, cap, starts))
@@ -395,7 +396,8 @@ def test_work_split_matches_the_python_statement(rows):
         assert got["bounds"] == want_bounds, (qsl, ends, starts, nprog)
         assert got["table"] == want_free, (qsl, ends, starts, nprog)
         # broken fields 4-7 (the records are the caller's tensor): clamped, rows inside the rows
-        # and no piece longer than the cap's tiles
+        # and no piece longer than the cap's tiles; and taken (the walk differs from Free's)
+        walks_from_broken += got["broken"] != want_free
         for b, r0, r1, t0, t1 in (pc for ps in got["broken"] for pc in ps):
             assert 0 <= r0 <= r1 <= len(ends) and 0 <= t0 <= t1 and t1 - t0 <= min(cap, 2**31 - 1) // 64 + 1, \
                 (qsl, ends, starts, nprog, (b, r0, r1, t0, t1))
@@ -403,6 +405,7 @@ def test_work_split_matches_the_python_statement(rows):
         want_prefill = [[list(pc) for pc in worksplit.prefill_work(qsl, ends, g, part, rows, 64, parts, cap, starts)]
                         for g in range(groups) for part in range(parts)]
         assert got["prefill"] == want_prefill, (qsl, ends, starts, parts)
+    assert walks_from_broken > len(jobs) // 2, (walks_from_broken, len(jobs))
 
 
 CHECK_MESSAGES = {
