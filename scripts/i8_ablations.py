@@ -853,6 +853,27 @@ EDITS["prefetchmeta"] = [
      "      if (args.row_starts != nullptr) asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(args.row_starts + 32 * l));\n"
      "    }\n"
      "  }\n")]
+# The producer's first table entry read beside its group's row windows, not after them: the
+# entry of the key the walk's first tile gives (the first stage when the group's window starts at
+# or before that tile: always without row_starts), read for a key under the key cap (inside the
+# table's span), used when the stage the windows give is that one and the window holds the
+# chunk, else read again as before. The stamps put row window -> table entry at ~0.5 us of the
+# producer's start-up chain. Exact (the same slot or a fresh read).
+EDITS["btahead"] = [
+    ("  OPUS_DEV void piece(const Piece& p) {\n    int gbeg, gend;\n    group_keys<R, UNION>(args, p, gbeg, gend);\n"
+     "    const int kbeg = piece_first_key(p, gbeg), kend = imin(gend, p.t1 * kBlockN);\n    if (kbeg >= kend) return;  // the consumers skip it too (its first stage may start below kend)\n"
+     "    const int32_t* bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;\n"
+     "    constexpr int STEP = S::KEYS * CONS;\n    int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;\n"
+     "    long long slot = bulk ? chunk_slot(bt_row, n0, gbeg, gend) : -2;\n",
+     "  OPUS_DEV void piece(const Piece& p) {\n"
+     "    const int32_t* bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;\n"
+     "    const int L = chunk_keys(), k0 = lane * L, ns = stage_start<S::MB>(p.t0) + S::KEYS * c;  // btahead\n"
+     "    const long long spec = bulk && k0 < S::KEYS && ns + k0 < args.key_cap ? key_slot(args, bt_row, ns + k0) : -2;\n"
+     "    int gbeg, gend;\n    group_keys<R, UNION>(args, p, gbeg, gend);\n"
+     "    const int kbeg = piece_first_key(p, gbeg), kend = imin(gend, p.t1 * kBlockN);\n    if (kbeg >= kend) return;  // the consumers skip it too (its first stage may start below kend)\n"
+     "    constexpr int STEP = S::KEYS * CONS;\n    int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;\n"
+     "    long long slot = !bulk ? -2 : n0 != ns ? chunk_slot(bt_row, n0, gbeg, gend) : k0 < S::KEYS && ns + k0 < gend && ns + k0 + L > gbeg ? spec : -2;\n"),
+]
 # The set-up's code fetched before the first real set-up: the one-row kernels that stage their
 # query inputs (QSTAGE) run the consumers' piece once on no rows before their walk -- the same
 # code (one call site), no global reads, no staged-buffer handshake, every shared value it writes
