@@ -874,6 +874,52 @@ EDITS["btahead"] = [
      "    constexpr int STEP = S::KEYS * CONS;\n    int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;\n"
      "    long long slot = !bulk ? -2 : n0 != ns ? chunk_slot(bt_row, n0, gbeg, gend) : k0 < S::KEYS && ns + k0 < gend && ns + k0 + L > gbeg ? spec : -2;\n"),
 ]
+# The set-up's conversion as independent chains: in the unrolled setup_operand each word waits
+# behind the previous one (the SASS: a branch on `idx >= N * 16` before every word, which ptxas
+# cannot prove false, divergence regions around each word's shift, column sum and bias pair, and
+# the next word's shared loads kept behind this word's byte stores, which may alias them), so a
+# thread's four words (r1w12 at 64 heads) run one chain after another: the stamps' 1.3 us from
+# the verdict to the operand. Here (the unrolled form: the one-row bodies in Table and Free mode,
+# every body in Prefill) every word's loads and permutes come first, then every word's stores,
+# column sum and bias pair, without a branch (the shift by a mask, the bias slot 0 by a select,
+# the column sum for every group: a canonical stage never reads the bias slice). Exact.
+EDITS["setupil"] = [
+    ("  template <bool ROLL>\n  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n",
+     "  template <bool ROLL>\n  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n"
+     "    if constexpr (!ROLL) {  // setupil: every word's loads and permutes, then every word's stores and sums\n"
+     "      uint32_t lo[OPERAND_WORDS], hi[OPERAND_WORDS];\n      int sh[OPERAND_WORDS];\n"
+     "#pragma unroll\n"
+     "      for (int i = 0; i < OPERAND_WORDS; ++i) {\n"
+     "        const int idx = imin(ct + i * S::CT, S::N * 16 - 1);  // a thread past the words reads a real one, stores none\n"
+     "        const int n = idx >> 4, blk = (idx >> 2) & 3;\n"
+     "        const uint32_t qs = sm.qscale[n];\n"
+     "        sh[i] = (int(byte_of(qs, blk)) - min4(qs)) & -int(fast);\n"
+     "        i8_word(words[i], sm.tables[sh[i]], lo[i], hi[i]);\n"
+     "      }\n"
+     "#pragma unroll\n"
+     "      for (int i = 0; i < OPERAND_WORDS; ++i) {\n"
+     "        const int idx = ct + i * S::CT;\n"
+     "        if (S::N * 16 % S::CT != 0 && idx >= S::N * 16) break;  // warp-uniform\n"
+     "        const int n = idx >> 4, blk = (idx >> 2) & 3, j = idx & 3;\n"
+     "        const int slice = SPLIT ? blk : j, slot = SPLIT ? j : blk;\n"
+     "        uint8_t* core = sm.qb + slice * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * slot;\n"
+     "        *reinterpret_cast<uint32_t*>(core) = lo[i];\n"
+     "        *reinterpret_cast<uint32_t*>(core + 128) = hi[i];\n"
+     "        if (j == 0) sm.uq[blk][n] = __uint_as_float(uint32_t(127 - 2 - sh[i]) << 23);\n"
+     "        int qsum = __dp4a(int(lo[i]), 0x01010101, 0) + __dp4a(int(hi[i]), 0x01010101, 0);  // every group: a canonical stage never reads the bias slice\n"
+     "#pragma unroll\n"
+     "        for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
+     "        bias_column(n, idx & 15, qsum);\n"
+     "      }\n"
+     "      return;\n"
+     "    }\n"),
+    # no branch in the bias pair: slot 0's value by a select
+    ("i8_encode.h",
+     "  if (p == 0) return bq.want - 255 * bq.q;\n  const int m = (bq.q < 0 ? -bq.q : bq.q) - 127 * (p - 1);\n"
+     "  const int v = m < 0 ? 0 : m > 127 ? 127 : m;\n  return bq.q < 0 ? -v : v;\n",
+     "  const int m = (bq.q < 0 ? -bq.q : bq.q) - 127 * (p - 1);\n"
+     "  const int v = m < 0 ? 0 : m > 127 ? 127 : m;\n  return p == 0 ? bq.want - 255 * bq.q : bq.q < 0 ? -v : v;  // setupil: selects\n"),
+]
 # The set-up's code fetched before the first real set-up: the one-row kernels that stage their
 # query inputs (QSTAGE) run the consumers' piece once on no rows before their walk -- the same
 # code (one call site), no global reads, no staged-buffer handshake, every shared value it writes
@@ -1326,7 +1372,7 @@ EDITS["carve100"] = [("kernels.cu",
 # read a unit gone). Exact.
 EDITS["rows4"] = [("  static constexpr bool ROWS_IN_REGS = R <= 2;\n", "  static constexpr bool ROWS_IN_REGS = R <= 4;\n")]
 
-COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
+COMBOS = {"btsetupil": ["btahead", "setupil"], "setupilstamps": ["setupil", "stamps"], "onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
           "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],
