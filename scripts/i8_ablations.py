@@ -879,40 +879,43 @@ EDITS["btahead"] = [
 # cannot prove false, divergence regions around each word's shift, column sum and bias pair, and
 # the next word's shared loads kept behind this word's byte stores, which may alias them), so a
 # thread's four words (r1w12 at 64 heads) run one chain after another: the stamps' 1.3 us from
-# the verdict to the operand. Here (the unrolled form: the one-row bodies in Table and Free mode,
-# every body in Prefill) every word's loads and permutes come first, then every word's stores,
-# column sum and bias pair, without a branch (the shift by a mask, the bias slot 0 by a select,
+# the verdict to the operand. Here every word's loads and permutes come first, then every word's
+# stores, column sum and bias pair (the rolled form: two words a turn, each turn so), without a branch (the shift by a mask, the bias slot 0 by a select,
 # the column sum for every group: a canonical stage never reads the bias slice). Exact.
 EDITS["setupil"] = [
     ("  template <bool ROLL>\n  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n",
      "  template <bool ROLL>\n  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n"
-     "    if constexpr (!ROLL) {  // setupil: every word's loads and permutes, then every word's stores and sums\n"
-     "      uint32_t lo[OPERAND_WORDS], hi[OPERAND_WORDS];\n      int sh[OPERAND_WORDS];\n"
+     "    // setupil: W words a turn (rolled: 2), each turn every word's loads and permutes, then every word's stores and sums\n"
+     "    constexpr int W = ROLL ? 2 : OPERAND_WORDS;\n"
+     "    static_assert(OPERAND_WORDS % W == 0, \"whole turns\");\n"
+     "#pragma unroll 1\n"
+     "    for (int i0 = 0; i0 < OPERAND_WORDS; i0 += W) {\n"
+     "      uint32_t lo[W], hi[W];\n      int sh[W];\n"
      "#pragma unroll\n"
-     "      for (int i = 0; i < OPERAND_WORDS; ++i) {\n"
-     "        const int idx = imin(ct + i * S::CT, S::N * 16 - 1);  // a thread past the words reads a real one, stores none\n"
+     "      for (int w = 0; w < W; ++w) {\n"
+     "        const int i = i0 + w, idx = imin(ct + i * S::CT, S::N * 16 - 1);  // a thread past the words reads a real one, stores none\n"
      "        const int n = idx >> 4, blk = (idx >> 2) & 3;\n"
      "        const uint32_t qs = sm.qscale[n];\n"
-     "        sh[i] = (int(byte_of(qs, blk)) - min4(qs)) & -int(fast);\n"
-     "        i8_word(words[i], sm.tables[sh[i]], lo[i], hi[i]);\n"
+     "        sh[w] = (int(byte_of(qs, blk)) - min4(qs)) & -int(fast);\n"
+     "        i8_word(ROLL ? pick(words, i) : words[i], sm.tables[sh[w]], lo[w], hi[w]);\n"
      "      }\n"
      "#pragma unroll\n"
-     "      for (int i = 0; i < OPERAND_WORDS; ++i) {\n"
-     "        const int idx = ct + i * S::CT;\n"
+     "      for (int w = 0; w < W; ++w) {\n"
+     "        const int idx = ct + (i0 + w) * S::CT;\n"
      "        if (S::N * 16 % S::CT != 0 && idx >= S::N * 16) break;  // warp-uniform\n"
      "        const int n = idx >> 4, blk = (idx >> 2) & 3, j = idx & 3;\n"
      "        const int slice = SPLIT ? blk : j, slot = SPLIT ? j : blk;\n"
      "        uint8_t* core = sm.qb + slice * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * slot;\n"
-     "        *reinterpret_cast<uint32_t*>(core) = lo[i];\n"
-     "        *reinterpret_cast<uint32_t*>(core + 128) = hi[i];\n"
-     "        if (j == 0) sm.uq[blk][n] = __uint_as_float(uint32_t(127 - 2 - sh[i]) << 23);\n"
-     "        int qsum = __dp4a(int(lo[i]), 0x01010101, 0) + __dp4a(int(hi[i]), 0x01010101, 0);  // every group: a canonical stage never reads the bias slice\n"
+     "        *reinterpret_cast<uint32_t*>(core) = lo[w];\n"
+     "        *reinterpret_cast<uint32_t*>(core + 128) = hi[w];\n"
+     "        if (j == 0) sm.uq[blk][n] = __uint_as_float(uint32_t(127 - 2 - sh[w]) << 23);\n"
+     "        int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);  // every group: a canonical stage never reads the bias slice\n"
      "#pragma unroll\n"
      "        for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
      "        bias_column(n, idx & 15, qsum);\n"
      "      }\n"
-     "      return;\n"
-     "    }\n"),
+     "    }\n"
+     "    return;  // setupil: the form below is not used\n"),
     # no branch in the bias pair: slot 0's value by a select
     ("i8_encode.h",
      "  if (p == 0) return bq.want - 255 * bq.q;\n  const int m = (bq.q < 0 ? -bq.q : bq.q) - 127 * (p - 1);\n"
