@@ -885,10 +885,11 @@ EDITS["btahead"] = [
 EDITS["setupil"] = [
     ("  template <bool ROLL>\n  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n",
      "  template <bool ROLL>\n  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n"
-     "    // setupil: W words a turn (rolled: 2), each turn every word's loads and permutes, then every word's stores and sums\n"
-     "    constexpr int W = ROLL ? 2 : OPERAND_WORDS;\n"
+     "    // setupil: W words a turn (rolled: 2; unrolled: 4, 3, 2 or 1, whichever divides the words first)\n"
+     "    // each turn every word's loads and permutes, then every word's stores and sums\n"
+     "    constexpr int W = ROLL ? 2 : OPERAND_WORDS % 4 == 0 ? 4 : OPERAND_WORDS % 3 == 0 ? 3 : OPERAND_WORDS % 2 == 0 ? 2 : 1;\n"
      "    static_assert(OPERAND_WORDS % W == 0, \"whole turns\");\n"
-     "#pragma unroll 1\n"
+     "#pragma unroll(ROLL ? 1 : OPERAND_WORDS / W)\n"
      "    for (int i0 = 0; i0 < OPERAND_WORDS; i0 += W) {\n"
      "      uint32_t lo[W], hi[W];\n      int sh[W];\n"
      "#pragma unroll\n"
