@@ -880,16 +880,19 @@ EDITS["btahead"] = [
 # the next word's shared loads kept behind this word's byte stores, which may alias them), so a
 # thread's four words (r1w12 at 64 heads) run one chain after another: the stamps' 1.3 us from
 # the verdict to the operand. Here every word's loads and permutes come first, then every word's
-# stores, column sum and bias pair (the rolled form: two words a turn, each turn so), without a branch (the shift by a mask, the bias slot 0 by a select,
-# the column sum for every group: a canonical stage never reads the bias slice). Exact.
+# stores, column sum and bias pair (the rolled form: two words a turn, each turn so; the unrolled
+# form where a thread has at most four words: the one-row bodies up to 64 heads), without a
+# branch (the shift by a mask, the bias slot 0 by a select, the column sum for every group: a
+# canonical stage never reads the bias slice). Exact.
 EDITS["setupil"] = [
     ("  template <bool ROLL>\n  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n",
      "  template <bool ROLL>\n  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n"
-     "    // setupil: W words a turn (rolled: 2; unrolled: 4, 3, 2 or 1, whichever divides the words first)\n"
-     "    // each turn every word's loads and permutes, then every word's stores and sums\n"
-     "    constexpr int W = ROLL ? 2 : OPERAND_WORDS % 4 == 0 ? 4 : OPERAND_WORDS % 3 == 0 ? 3 : OPERAND_WORDS % 2 == 0 ? 2 : 1;\n"
+     "    // setupil: W words a turn (rolled: 2; unrolled: all, up to 4 -- more, the form below: r1 H128's eight\n"
+     "    // went past its stack bound), each turn every word's loads and permutes, then every word's stores and sums\n"
+     "    if constexpr (ROLL || OPERAND_WORDS <= 4) {\n"
+     "    constexpr int W = ROLL ? 2 : OPERAND_WORDS;\n"
      "    static_assert(OPERAND_WORDS % W == 0, \"whole turns\");\n"
-     "#pragma unroll(ROLL ? 1 : OPERAND_WORDS / W)\n"
+     "#pragma unroll 1\n"
      "    for (int i0 = 0; i0 < OPERAND_WORDS; i0 += W) {\n"
      "      uint32_t lo[W], hi[W];\n      int sh[W];\n"
      "#pragma unroll\n"
@@ -916,7 +919,7 @@ EDITS["setupil"] = [
      "        bias_column(n, idx & 15, qsum);\n"
      "      }\n"
      "    }\n"
-     "    return;  // setupil: the form below is not used\n"),
+     "    return;\n    }\n"),
     # no branch in the bias pair: slot 0's value by a select
     ("i8_encode.h",
      "  if (p == 0) return bq.want - 255 * bq.q;\n  const int m = (bq.q < 0 ? -bq.q : bq.q) - 127 * (p - 1);\n"
