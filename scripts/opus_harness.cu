@@ -286,18 +286,8 @@ int main(int argc, char** argv) {
   if (std::getenv("TABLE") != nullptr && !prefill) {
     SeqView sv{qsl.data(), ends.data(), B, rows};
     std::vector<int32_t> rec(size_t(sms) * kRecordInts, 0);
-    for (int pid = 0; pid < sms; ++pid) {
-      const CtaRange cr = cta_range_serial(sv, inst->rows, pid, sms);
-      int32_t* r = &rec[size_t(pid) * kRecordInts];
-      r[0] = cr.u_begin;
-      r[1] = cr.u_end;
-      r[2] = cr.b;
-      r[3] = cr.base;
-      if (cr.b < B) {  // fields 4-7: the first sequence's rows and key tiles (core/records.py)
-        int end;
-        sv.bounds(cr.b, r[4], r[5], end, r[6], r[7]);
-      }
-    }
+    for (int pid = 0; pid < sms; ++pid)
+      table_record(sv, inst->rows, pid, sms, &rec[size_t(pid) * kRecordInts]);
     c.mode = kModeTable;
     c.records = desc(to_device(rec), kI32, {sms, kRecordInts});
   }

@@ -10,6 +10,7 @@
 //   opus_host_check fastdiv      failures of fast_div against `/` over many (n, d)
 //   opus_host_check worksplit    reads cases from stdin, prints every program's pieces
 //   opus_host_check checks       the launcher's message for a valid call and for mutations
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -235,7 +236,7 @@ static int cmd_worksplit() {
       const CtaRange cr = cta_range_serial(sv, R, p, nprog);
       std::printf("%s[%d, %d, %d, %d]", p ? ", " : "", cr.u_begin, cr.u_end, cr.b, cr.base);
     }
-    // program p's pieces, its walk started from record fields 0-3 and given `rec` (or none: Free)
+    // program p's pieces, its walk started from its range and given `rec` (or none: Free)
     const auto walk = [&](int p, const int32_t* rec) {
       const CtaRange cr = cta_range_serial(sv, R, p, nprog);
       FreeIter it{cr.u_begin, cr.u_end, cr.b, cr.base};
@@ -250,26 +251,21 @@ static int cmd_worksplit() {
     // Table mode: the same programs started from their records' first-sequence bounds (fields
     // 4-7, as worksplit/rules.py's schedule_records writes them: sequence b's seq_units)
     std::printf("], \"bounds\": [");
-    std::vector<int32_t> recs(std::size_t(nprog) * kRecordInts, 0);
+    std::vector<std::array<int32_t, kRecordInts>> recs(nprog);
     for (int p = 0; p < nprog; ++p) {
-      const CtaRange cr = cta_range_serial(sv, R, p, nprog);
-      int32_t* rec = &recs[std::size_t(p) * kRecordInts];
-      rec[2] = cr.b;
-      int end = 0;
-      if (cr.b < num_seqs) sv.bounds(cr.b, rec[4], rec[5], end, rec[6], rec[7]);
-      std::printf("%s[%d, %d, %d, %d]", p ? ", " : "", rec[4], rec[5], rec[6], rec[7]);
+      table_record(sv, R, p, nprog, recs[p].data());
+      std::printf("%s[%d, %d, %d, %d]", p ? ", " : "", recs[p][4], recs[p][5], recs[p][6], recs[p][7]);
     }
     std::printf("], \"table\": [");
-    for (int p = 0; p < nprog; ++p) walk(p, &recs[std::size_t(p) * kRecordInts]);
+    for (int p = 0; p < nprog; ++p) walk(p, recs[p].data());
     // ... and from records whose fields 4-7 are broken (rows past the rows, qb below qa, spans
     // negative or past the cap): the walk ends, and names no row past the rows
     std::printf("], \"broken\": [");
     const int32_t bad[4][4] = {{num_rows + 5, num_rows + 9, 0, 1 << 30}, {num_rows / 2, 0, -3, -7},
                                {0, num_rows + 100, 1 << 20, 1 << 30}, {3, 2, 0, 5}};
     for (int p = 0; p < nprog; ++p) {
-      int32_t* rec = &recs[std::size_t(p) * kRecordInts];
-      for (int i = 0; i < 4; ++i) rec[4 + i] = bad[p % 4][i];
-      walk(p, rec);
+      for (int i = 0; i < 4; ++i) recs[p][4 + i] = bad[p % 4][i];
+      walk(p, recs[p].data());
     }
     const int groups = num_rows > 0 ? (num_rows + R - 1) / R : 1;
     std::printf("], \"prefill\": [");

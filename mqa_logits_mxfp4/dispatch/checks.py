@@ -7,8 +7,8 @@ import torch
 
 from ..core.errors import InputError, ScheduleError
 from ..core.outputs import OUT_DTYPES
-from ..formats import as_uint8
 from ..core.records import RECORD_FIELDS
+from ..formats import as_uint8
 from ..worksplit.rules import schedule_records, seq_lanes
 from . import registry
 

@@ -72,12 +72,8 @@ def seq_bounds(qsl_ptr, re_ptr, rs_ptr, seqs, num_seqs, num_rows, seq_cap,
 
 
 @triton.jit
-def cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
-              R: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_P2: tl.constexpr, HAS_STARTS: tl.constexpr):
-    """Program pid's unit range and its first sequence: (u_begin, u_end, b, units before b)."""
-    seqs = tl.arange(0, SEQ_P2)
-    qa, qb, lo, span = seq_bounds(qsl_ptr, re_ptr, rs_ptr, seqs, num_seqs, num_rows, seq_cap, BLOCK_N, HAS_STARTS)
-    units = tl.cdiv(qb - qa, R) * group_units(span)
+def split_units(units, pid, nprog):
+    """Program pid's share of nprog of the sequences' `units`: (u_begin, u_end, b, units before b)."""
     total = tl.sum(units, axis=0).to(tl.int64)
     u_begin = ((pid * total) // nprog).to(tl.int32)
     u_end = (((pid + 1) * total) // nprog).to(tl.int32)
@@ -88,16 +84,24 @@ def cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
     return u_begin, u_end, b, base
 
 
+@triton.jit
+def cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
+              R: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_P2: tl.constexpr, HAS_STARTS: tl.constexpr):
+    """Program pid's unit range and its first sequence: (u_begin, u_end, b, units before b)."""
+    seqs = tl.arange(0, SEQ_P2)
+    qa, qb, lo, span = seq_bounds(qsl_ptr, re_ptr, rs_ptr, seqs, num_seqs, num_rows, seq_cap, BLOCK_N, HAS_STARTS)
+    return split_units(tl.cdiv(qb - qa, R) * group_units(span), pid, nprog)
+
+
 @triton.jit(do_not_specialize=["num_seqs", "num_rows", "seq_cap"])
 def build_schedule_kernel(qsl_ptr, re_ptr, rs_ptr, sched_ptr, num_seqs, num_rows, seq_cap,
                           R: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_P2: tl.constexpr,
                           HAS_STARTS: tl.constexpr):
     """Table mode: one 32-byte record per program of the scoring launch (core/records.py)."""
     pid = tl.program_id(0)
-    u_begin, u_end, b, base = cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid,
-                                        tl.num_programs(0), R, BLOCK_N, SEQ_P2, HAS_STARTS)
     seqs = tl.arange(0, SEQ_P2)
     qa, qb, lo, span = seq_bounds(qsl_ptr, re_ptr, rs_ptr, seqs, num_seqs, num_rows, seq_cap, BLOCK_N, HAS_STARTS)
+    u_begin, u_end, b, base = split_units(tl.cdiv(qb - qa, R) * group_units(span), pid, tl.num_programs(0))
     first = (seqs == b) & (seqs < num_seqs)  # sequence b's bounds (none past the sequences)
     rec = sched_ptr + pid * RECORD_INTS
     tl.store(rec + 0, u_begin)

@@ -263,13 +263,12 @@ struct PieceWalk {
   FreeIter fi{0, 0, 0, 0};
   PrefillIter pi{0, 1};
   bool prefill = false;
-  // the view from the launch's arguments at each call: none of it stays in registers across a
-  // piece (the consumers' stage loop has none to spare)
-  // The one-row bodies (rows is a constant at every call site) enter a Table walk's first
-  // sequence from the record (FreeIter::next): two dependent reads off the start-up's path,
-  // 0.3-0.6 us of a one-row call's 10-31 us (docs/perf-notes.md, thirty-second session). The
-  // other bodies read query_start_loc and row_ends: the entry moved ptxas's allocation of r2w12
-  // (8.6% slower).
+  // The view from the launch's arguments at each call: none of it stays in registers across a
+  // piece (the consumers' stage loop has none to spare). The one-row bodies (rows is a constant
+  // at every call site) enter a Table walk's first sequence from the record (FreeIter::next):
+  // two dependent reads off the start-up's path, 0.3-0.6 us of a one-row call's 10-31 us
+  // (docs/perf-notes.md, thirty-second session). The other bodies read query_start_loc and
+  // row_ends: the entry moved ptxas's allocation of r2w12 (8.6% slower).
   OPUS_DEV bool next(const LaunchArgs& args, int rows, Piece& p) {
     const SeqView sv = seq_view(args);
     const int32_t* rec = rows == 1 && args.mode == kModeTable ? args.records + (long long)blockIdx.x * kRecordInts : nullptr;

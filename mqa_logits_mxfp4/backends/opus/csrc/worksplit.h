@@ -203,4 +203,19 @@ OPUS_HD CtaRange cta_range_serial(const SeqView& sv, int rows, int pid, int npro
   return r;
 }
 
+// Program pid's Table record (core/records.py), serially: what the shared Triton records kernel
+// writes (the harness's records, the host check's; FreeIter::next reads fields 2, 4, 5 and 7).
+OPUS_HD void table_record(const SeqView& sv, int rows, int pid, int nprog, int32_t* rec) {  // kRecordInts ints
+  const CtaRange cr = cta_range_serial(sv, rows, pid, nprog);
+  for (int i = 0; i < kRecordInts; ++i) rec[i] = 0;
+  rec[0] = cr.u_begin;
+  rec[1] = cr.u_end;
+  rec[2] = cr.b;
+  rec[3] = cr.base;
+  if (cr.b < sv.num_seqs) {
+    int end;
+    sv.bounds(cr.b, rec[4], rec[5], end, rec[6], rec[7]);
+  }
+}
+
 }  // namespace opus
