@@ -1060,7 +1060,7 @@ EDITS["qpiecestamps"] = EDITS["qpiece"] + [e for e in EDITS["stamps"] if "cons.p
 EDITS["r1pred"] = [("                                     && !(R == 1 && ((H == 64 && CONS == 3) || (H == 32 && !CANON)));\n",
                     "                                     && !(R == 1 && H == 64 && CONS == 3);\n")]
 # the split's set-up units (args.h's kPieceCost, 16) at other values: what the charge should be
-for _cost in (8, 24, 32):
+for _cost in (8, 12, 24, 32):
     EDITS[f"pc{_cost}"] = [("args.h", "constexpr int kPieceCost = 16;", f"constexpr int kPieceCost = {_cost};")]
 # The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
 # column's -kI8KeyBias * qsum (the value the bias slice sums to), each unit's accumulator is

@@ -122,10 +122,9 @@ OPUS_HD I8BiasQuot i8_bias_quot(int qsum) {
   return I8BiasQuot{want, want >= 0 ? (want + 127) / 255 : -((127 - want) / 255)};  // nearest: |want - 255 q| <= 127
 }
 OPUS_HD int i8_bias_slot(const I8BiasQuot& bq, int p) {
-  if (p == 0) return bq.want - 255 * bq.q;
   const int m = (bq.q < 0 ? -bq.q : bq.q) - 127 * (p - 1);
   const int v = m < 0 ? 0 : m > 127 ? 127 : m;
-  return bq.q < 0 ? -v : v;
+  return p == 0 ? bq.want - 255 * bq.q : bq.q < 0 ? -v : v;  // selects, no branch: the set-up's column sums run it
 }
 // Slots 2k and 2k + 1 as the two bytes of a 16-bit word (slot 2k low).
 OPUS_HD uint32_t i8_bias_pair(const I8BiasQuot& bq, int k) {

@@ -753,16 +753,64 @@ struct I8Consumer {
   // Converts a thread's words. In Free and Table mode groups of 8 or more words a thread (two
   // rows and up) run it as a loop two words a turn: a CTA sets up one or two groups, each at the
   // instruction fetch's pace, and the rolled body took 3-4 us off r2w12's set-up on the H200
-  // (docs/perf-notes.md, fifteenth session); two words a turn let two words' latency chains
-  // (table load, permutes, the column sum's shuffles, stores) interleave: r2w12 batch 1 -4%,
-  // r4w12 -1.4% (seventeenth session). The shorter one-row set-ups stay unrolled (rolled, they
-  // measured no faster). Prefill sets a group up for every piece, ~30 a CTA with the code
-  // warm after the first, and there the unrolled body's overlapped loads and selects win (r4w12
-  // 3-4% faster, r2w12 1-2%: sixteenth session): both bodies are built, the launch's mode picks.
+  // (docs/perf-notes.md, fifteenth session). Prefill sets a group up for every piece, ~30 a CTA
+  // with the code warm after the first, and there the unrolled body's overlapped loads and
+  // selects win (r4w12 3-4% faster, r2w12 1-2%: sixteenth session): both bodies are built, the
+  // launch's mode picks.
   static constexpr bool ROLL_SETUP = OPERAND_WORDS >= 8;
   template <bool ROLL>
   OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {
-#pragma unroll(ROLL ? 2 : OPERAND_WORDS)
+    if constexpr (ROLL)
+      setup_turns<2, true>(fast, words);
+    else if constexpr (OPERAND_WORDS <= 4)
+      setup_turns<OPERAND_WORDS, false>(fast, words);
+    else
+      setup_each(fast, words);
+  }
+  // W words a turn as independent chains: every word's table load and permutes first, then every
+  // word's stores and column sum, with no branch on the verdict (a canonical group's bias column
+  // is written and never read). Against one word a turn with the verdict's branches it took the
+  // set-up's conversion from ~1.3 to ~0.9 us on r1w12 and from ~4 to ~1.6 us on r2w12, and the
+  // kernels 1-4% (one row) and 3-10% (two and four rows) off 1-8 sequences x 8192 keys on the
+  // H200; at 64 sequences r2w12 +1-2%, r4w12 -1-3% (docs/perf-notes.md, thirty-third session).
+  // Unrolled, one turn holds every word; kept to four words, as r1 H128's eight took its stack
+  // frame from 64 to 72 bytes.
+  template <int W, bool ROLL>
+  OPUS_DEV void setup_turns(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {
+    static_assert(OPERAND_WORDS % W == 0, "whole turns");
+#pragma unroll 1
+    for (int i0 = 0; i0 < OPERAND_WORDS; i0 += W) {
+      uint32_t lo[W], hi[W];
+      int shift[W];
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        const int i = i0 + w, idx = imin(ct + i * S::CT, S::N * 16 - 1);  // a thread past the words converts a real one, stores none
+        const int n = idx >> 4, blk = (idx >> 2) & 3;
+        const uint32_t qs = sm.qscale[n];
+        shift[w] = (int(byte_of(qs, blk)) - min4(qs)) & -int(fast);
+        // rolled, a run-time index into the words would put them in local memory: selects instead
+        i8_word(ROLL ? pick(words, i) : words[i], sm.tables[shift[w]], lo[w], hi[w]);
+      }
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        const int idx = ct + (i0 + w) * S::CT;
+        if (S::N * 16 % S::CT != 0 && idx >= S::N * 16) break;  // warp-uniform
+        const int n = idx >> 4, blk = (idx >> 2) & 3, j = idx & 3;
+        const int slice = SPLIT ? blk : j, slot = SPLIT ? j : blk;  // the order of I8Smem::qb
+        uint8_t* core = sm.qb + slice * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * slot;
+        *reinterpret_cast<uint32_t*>(core) = lo[w];
+        *reinterpret_cast<uint32_t*>(core + 128) = hi[w];
+        if (j == 0) sm.uq[blk][n] = __uint_as_float(uint32_t(127 - 2 - shift[w]) << 23);
+        int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);
+#pragma unroll
+        for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);
+        bias_column(n, idx & 15, qsum);
+      }
+    }
+  }
+  // One word at a time, the column sum only in a fast group: the unrolled body of more than four words.
+  OPUS_DEV void setup_each(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {
+#pragma unroll
     for (int i = 0; i < OPERAND_WORDS; ++i) {
       const int idx = ct + i * S::CT;
       if (idx >= S::N * 16) break;  // warp-uniform
@@ -770,8 +818,7 @@ struct I8Consumer {
       const uint32_t qs = sm.qscale[n];
       const int shift = fast ? byte_of(qs, blk) - min4(qs) : 0;
       uint32_t lo, hi;
-      // rolled, a run-time index into the words would put them in local memory: selects instead
-      i8_word(ROLL ? pick(words, i) : words[i], sm.tables[shift], lo, hi);
+      i8_word(words[i], sm.tables[shift], lo, hi);
       const int slice = SPLIT ? blk : j, slot = SPLIT ? j : blk;  // the order of I8Smem::qb
       uint8_t* core = sm.qb + slice * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * slot;
       *reinterpret_cast<uint32_t*>(core) = lo;
@@ -785,7 +832,6 @@ struct I8Consumer {
       }
     }
   }
-
   OPUS_DEV void setup_group(const Piece& p, int gbeg, int gend, int kbeg) {
     r0 = p.r0;
     r1 = imin(p.r1, p.r0 + R);
