@@ -1067,8 +1067,9 @@ for _cost in (8, 12, 24, 32):
 # of a cost where a group's set-up counts C tiles (not kPieceCost: every program sets its first
 # group up whatever the charge, so only a later group's set-up separates programs; 8 and 4 read
 # from the thirty-third session's CTA ends), mapped to the group and tile it falls in and moved
-# to the nearest 256-key stage boundary (absolute tiles, as stage_start counts them): no stage is
-# loaded and scored by two programs. A point inside a group's charge goes to the group's start.
+# to the nearest grain boundary counted from the group's first stage (absolute tiles, as
+# stage_start counts them; a grain of 4 tiles is one 256-key stage): no stage is loaded and
+# scored by two programs. A point inside a group's charge goes to the group's start.
 _TABLE_ALIGN = """OPUS_HD int aligned_unit(const SeqView& sv, int rows, int k, int nprog, int cost) {
   int64_t ctotal = 0, utotal = 0;
   for (int s = 0; s < sv.num_seqs; ++s) {
@@ -1091,7 +1092,8 @@ _TABLE_ALIGN = """OPUS_HD int aligned_unit(const SeqView& sv, int rows, int k, i
       const int j = int(off / (cost + span)), o = int(off - int64_t(j) * (cost + span)) - cost;
       const int64_t gstart = ucum + int64_t(j) * (kPieceCost + span);
       if (o <= 0) return int(gstart);
-      const int rel = imin(imax(((lo + o + 2) & ~3) - lo, 0), span);
+      const int g0 = lo & ~3;  // the group's first stage (absolute tiles, as stage_start counts)
+      const int rel = imin(imax((lo + o - g0 + GRAIN / 2) / GRAIN * GRAIN + g0 - lo, 0), span);
       return int(rel == 0 ? gstart : gstart + kPieceCost + rel);
     }
     ccum += cs;
@@ -1117,8 +1119,12 @@ OPUS_HD void table_record(const SeqView& sv, int rows, int pid, int nprog, int32
 """
 _TABLE_OLD = ("OPUS_HD void table_record(const SeqView& sv, int rows, int pid, int nprog, int32_t* rec) {  // kRecordInts ints\n"
               "  const CtaRange cr = cta_range_serial(sv, rows, pid, nprog);\n")
-for _c in (8, 4):
-    EDITS[f"tablealign{_c}"] = [("worksplit.h", _TABLE_OLD, _TABLE_ALIGN.replace("COST", str(_c)))]
+for _c in (8, 4):  # ends on stages (4 tiles)
+    EDITS[f"tablealign{_c}"] = [("worksplit.h", _TABLE_OLD, _TABLE_ALIGN.replace("COST", str(_c)).replace("GRAIN", "4"))]
+# ends on rounds: two stages (8 tiles) from the group's first stage, so each consumer of a
+# two-consumer body (r1w12, r2w12, r4w12) gets as many stages of a cut piece as the other
+for _c in (4, 8, 12, 16):
+    EDITS[f"tableround{_c}"] = [("worksplit.h", _TABLE_OLD, _TABLE_ALIGN.replace("COST", str(_c)).replace("GRAIN", "8"))]
 # The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
 # column's -kI8KeyBias * qsum (the value the bias slice sums to), each unit's accumulator is
 # written from it before the wgmma fence (init_acc), and the four k-slices accumulate onto it
