@@ -795,9 +795,11 @@ EDITS["bias16"] = [("    if constexpr (S::CHUNKS > 1 || CONS == 2) {\n      *rei
 # consumers too, and the rolled set-up loop one word a turn.
 EDITS["bias16w12"] = [("    if constexpr (S::CHUNKS > 1 || CONS == 2) {\n      *reinterpret_cast<uint16_t*>",
                        "    if constexpr (S::CHUNKS > 1) {\n      *reinterpret_cast<uint16_t*>")]
-EDITS["setupunroll2"] = [("#pragma unroll(ROLL ? 2 : OPERAND_WORDS)\n", "#pragma unroll(ROLL ? 1 : OPERAND_WORDS)\n")]
+# (Since the thirty-third session the rolled set-up is setup_turns: these take its turns to one
+# and to four words.)
+EDITS["setupunroll2"] = [("      setup_turns<2, true>(fast, words);\n", "      setup_turns<1, true>(fast, words);\n")]
 # ... and four words a turn (r2w12: two turns, r4w12: four).
-EDITS["setupunroll4"] = [("#pragma unroll(ROLL ? 2 : OPERAND_WORDS)\n", "#pragma unroll(ROLL ? 4 : OPERAND_WORDS)\n")]
+EDITS["setupunroll4"] = [("      setup_turns<2, true>(fast, words);\n", "      setup_turns<4, true>(fast, words);\n")]
 # Code layout alone (timing only, exact): PAD dead stores under a never-true test at the kernel's
 # entry, so everything after it -- the set-up, the stage loops -- sits PAD * ~2 instructions
 # later, with the live code and its registers unchanged. Whether r1w16's 10-30% swings with any
@@ -874,59 +876,8 @@ EDITS["btahead"] = [
      "    constexpr int STEP = S::KEYS * CONS;\n    int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;\n"
      "    long long slot = !bulk ? -2 : n0 != ns ? chunk_slot(bt_row, n0, gbeg, gend) : k0 < S::KEYS && ns + k0 < gend && ns + k0 + L > gbeg ? spec : -2;\n"),
 ]
-# The set-up's conversion as independent chains: in the unrolled setup_operand each word waits
-# behind the previous one (the SASS: a branch on `idx >= N * 16` before every word, which ptxas
-# cannot prove false, divergence regions around each word's shift, column sum and bias pair, and
-# the next word's shared loads kept behind this word's byte stores, which may alias them), so a
-# thread's four words (r1w12 at 64 heads) run one chain after another: the stamps' 1.3 us from
-# the verdict to the operand. Here every word's loads and permutes come first, then every word's
-# stores, column sum and bias pair (the rolled form: two words a turn, each turn so; the unrolled
-# form where a thread has at most four words: the one-row bodies up to 64 heads), without a
-# branch (the shift by a mask, the bias slot 0 by a select, the column sum for every group: a
-# canonical stage never reads the bias slice). Exact.
-EDITS["setupil"] = [
-    ("  template <bool ROLL>\n  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n",
-     "  template <bool ROLL>\n  OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {\n"
-     "    // setupil: W words a turn (rolled: 2; unrolled: all, up to 4 -- more, the form below: r1 H128's eight\n"
-     "    // went past its stack bound), each turn every word's loads and permutes, then every word's stores and sums\n"
-     "    if constexpr (ROLL || OPERAND_WORDS <= 4) {\n"
-     "    constexpr int W = ROLL ? 2 : OPERAND_WORDS;\n"
-     "    static_assert(OPERAND_WORDS % W == 0, \"whole turns\");\n"
-     "#pragma unroll 1\n"
-     "    for (int i0 = 0; i0 < OPERAND_WORDS; i0 += W) {\n"
-     "      uint32_t lo[W], hi[W];\n      int sh[W];\n"
-     "#pragma unroll\n"
-     "      for (int w = 0; w < W; ++w) {\n"
-     "        const int i = i0 + w, idx = imin(ct + i * S::CT, S::N * 16 - 1);  // a thread past the words reads a real one, stores none\n"
-     "        const int n = idx >> 4, blk = (idx >> 2) & 3;\n"
-     "        const uint32_t qs = sm.qscale[n];\n"
-     "        sh[w] = (int(byte_of(qs, blk)) - min4(qs)) & -int(fast);\n"
-     "        i8_word(ROLL ? pick(words, i) : words[i], sm.tables[sh[w]], lo[w], hi[w]);\n"
-     "      }\n"
-     "#pragma unroll\n"
-     "      for (int w = 0; w < W; ++w) {\n"
-     "        const int idx = ct + (i0 + w) * S::CT;\n"
-     "        if (S::N * 16 % S::CT != 0 && idx >= S::N * 16) break;  // warp-uniform\n"
-     "        const int n = idx >> 4, blk = (idx >> 2) & 3, j = idx & 3;\n"
-     "        const int slice = SPLIT ? blk : j, slot = SPLIT ? j : blk;\n"
-     "        uint8_t* core = sm.qb + slice * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * slot;\n"
-     "        *reinterpret_cast<uint32_t*>(core) = lo[w];\n"
-     "        *reinterpret_cast<uint32_t*>(core + 128) = hi[w];\n"
-     "        if (j == 0) sm.uq[blk][n] = __uint_as_float(uint32_t(127 - 2 - sh[w]) << 23);\n"
-     "        int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);  // every group: a canonical stage never reads the bias slice\n"
-     "#pragma unroll\n"
-     "        for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
-     "        bias_column(n, idx & 15, qsum);\n"
-     "      }\n"
-     "    }\n"
-     "    return;\n    }\n"),
-    # no branch in the bias pair: slot 0's value by a select
-    ("i8_encode.h",
-     "  if (p == 0) return bq.want - 255 * bq.q;\n  const int m = (bq.q < 0 ? -bq.q : bq.q) - 127 * (p - 1);\n"
-     "  const int v = m < 0 ? 0 : m > 127 ? 127 : m;\n  return bq.q < 0 ? -v : v;\n",
-     "  const int m = (bq.q < 0 ? -bq.q : bq.q) - 127 * (p - 1);\n"
-     "  const int v = m < 0 ? 0 : m > 127 ? 127 : m;\n  return p == 0 ? bq.want - 255 * bq.q : bq.q < 0 ? -v : v;  // setupil: selects\n"),
-]
+# setupil (the set-up's conversion as independent chains) landed in the thirty-third session:
+# kernel_sm90_i8.cuh's setup_turns (docs/perf-notes.md).
 # The set-up's code fetched before the first real set-up: the one-row kernels that stage their
 # query inputs (QSTAGE) run the consumers' piece once on no rows before their walk -- the same
 # code (one call site), no global reads, no staged-buffer handshake, every shared value it writes
@@ -1125,6 +1076,8 @@ for _c in (8, 4):  # ends on stages (4 tiles)
 # two-consumer body (r1w12, r2w12, r4w12) gets as many stages of a cut piece as the other
 for _c in (4, 8, 12, 16):
     EDITS[f"tableround{_c}"] = [("worksplit.h", _TABLE_OLD, _TABLE_ALIGN.replace("COST", str(_c)).replace("GRAIN", "8"))]
+# ... on three consumers' rounds (12 tiles: r1w16, r2w16)
+EDITS["tableround8g12"] = [("worksplit.h", _TABLE_OLD, _TABLE_ALIGN.replace("COST", "8").replace("GRAIN", "12"))]
 # The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
 # column's -kI8KeyBias * qsum (the value the bias slice sums to), each unit's accumulator is
 # written from it before the wgmma fence (init_acc), and the four k-slices accumulate onto it
@@ -1132,6 +1085,16 @@ for _c in (4, 8, 12, 16):
 # where the starts live: _accinit's arguments.
 _WFAST = "  float wfast[S::N];                  // fast path: w' = w * 2^(qmin - 127), then scaled (scale_weights; 0 for dead rows)\n"
 _BIAS_COLUMN = "        bias_column(n, idx & 15, qsum);\n"
+# where the set-up writes a column's bias: setup_turns's and setup_each's
+_BIAS_SITES = (_BIAS_COLUMN + "      }\n    }\n  }\n  // One word at a time",
+               _BIAS_COLUMN + "      }\n    }\n  }\n  OPUS_DEV void setup_group")
+
+
+def _bias_column_edits(new: str) -> list:
+    """Both set-up forms' bias_column line made `new`."""
+    return [(site, site.replace(_BIAS_COLUMN, new, 1)) for site in _BIAS_SITES]
+
+
 _MMA_FAST = "  template <int NC>\n  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n"
 _BIAS_START = "    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(acc, ab, b_desc(kScaleBlocks, ch));\n"
 _UNIT_MMA = "      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n"
@@ -1141,7 +1104,7 @@ def _accinit(field: str, store: str, body: str, extra: tuple = ()) -> list:
     """The starts' shared-memory array (field), the set-up's write of a column's start (store, by
     the column's lane 0), init_acc's body in place of the bias slice, and any extra edits."""
     return [(_WFAST, _WFAST + field),
-            (_BIAS_COLUMN, _BIAS_COLUMN + "        if ((idx & 15) == 0) " + store + " = -int(kI8KeyBias) * qsum;\n"),
+            *_bias_column_edits(_BIAS_COLUMN + "        if ((idx & 15) == 0) " + store + " = -int(kI8KeyBias) * qsum;\n"),
             *extra,
             (_MMA_FAST + _BIAS_START, "  OPUS_DEV void init_acc(int32_t (&ac)[S::ACC], int ch) const {\n" + body + "  }\n" + _MMA_FAST),
             (_UNIT_MMA, "      init_acc(acc[u & 1], ch);\n" + _UNIT_MMA)]
@@ -1187,7 +1150,7 @@ _UW_REGS = ("        wv[i][0] = wreg[(ch * S::NT + i) * 2];\n"
 _UW_SMEM = ("        const float2 w2 = *reinterpret_cast<const float2*>(&sm.wfast[ch * S::NC + 8 * i + 2 * t]);\n")
 EDITS["viadd"] = [
     (_WFAST, _WFAST + "  int qbias[S::N];                    // fast path: -kI8KeyBias * the column's operand sum (the relu's nb)\n"),
-    (_BIAS_COLUMN, "        if ((idx & 15) == 0) sm.qbias[n] = -int(kI8KeyBias) * qsum;\n"),
+    *_bias_column_edits("        if ((idx & 15) == 0) sm.qbias[n] = -int(kI8KeyBias) * qsum;\n"),
     ("  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n",
      "  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n  int breg[S::W_IN_REGS ? S::N / 4 : 1];\n  int nbv[S::NT][2];  // the unit's nb (unit_weights)\n"),
     ("          for (int e = 0; e < 2; ++e) wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];\n",
@@ -1442,7 +1405,7 @@ EDITS["carve100"] = [("kernels.cu",
 # read a unit gone). Exact.
 EDITS["rows4"] = [("  static constexpr bool ROWS_IN_REGS = R <= 2;\n", "  static constexpr bool ROWS_IN_REGS = R <= 4;\n")]
 
-COMBOS = {"btsetupil": ["btahead", "setupil"], "setupilstamps": ["setupil", "stamps"], "onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
+COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
           "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],
