@@ -1087,7 +1087,7 @@ _WFAST = "  float wfast[S::N];                  // fast path: w' = w * 2^(qmin -
 _BIAS_COLUMN = "        bias_column(n, idx & 15, qsum);\n"
 # where the set-up writes a column's bias: setup_turns's and setup_each's
 _BIAS_SITES = (_BIAS_COLUMN + "      }\n    }\n  }\n  // One word at a time",
-               _BIAS_COLUMN + "      }\n    }\n  }\n  OPUS_DEV void setup_group")
+               _BIAS_COLUMN + "      }\n    }\n  }\n\n  OPUS_DEV void setup_group")
 
 
 def _bias_column_edits(new: str) -> list:
