@@ -236,9 +236,9 @@ static int cmd_worksplit() {
       const CtaRange cr = cta_range_serial(sv, R, p, nprog);
       std::printf("%s[%d, %d, %d, %d]", p ? ", " : "", cr.u_begin, cr.u_end, cr.b, cr.base);
     }
-    // program p's pieces, its walk started from its range and given `rec` (or none: Free)
+    // program p's pieces: Free's walk from its range, or (rec) Table's from the record
     const auto walk = [&](int p, const int32_t* rec) {
-      const CtaRange cr = cta_range_serial(sv, R, p, nprog);
+      const CtaRange cr = rec ? CtaRange{rec[0], rec[1], rec[2], rec[3]} : cta_range_serial(sv, R, p, nprog);
       FreeIter it{cr.u_begin, cr.u_end, cr.b, cr.base};
       Piece piece;
       bool first = true;
