@@ -1013,71 +1013,18 @@ EDITS["r1pred"] = [("                                     && !(R == 1 && ((H == 
 # the split's set-up units (args.h's kPieceCost, 16) at other values: what the charge should be
 for _cost in (8, 12, 24, 32):
     EDITS[f"pc{_cost}"] = [("args.h", "constexpr int kPieceCost = 16;", f"constexpr int kPieceCost = {_cost};")]
-# Table records with their ends on stage boundaries (timing only: the harness's records, worksplit.h's
-# table_record; the kernel walks units as before). Program k's first unit: the point k / nprog
-# of a cost where a group's set-up counts C tiles (not kPieceCost: every program sets its first
-# group up whatever the charge, so only a later group's set-up separates programs; 8 and 4 read
-# from the thirty-third session's CTA ends), mapped to the group and tile it falls in and moved
-# to the nearest grain boundary counted from the group's first stage (absolute tiles, as
-# stage_start counts them; a grain of 4 tiles is one 256-key stage): no stage is loaded and
-# scored by two programs. A point inside a group's charge goes to the group's start.
-_TABLE_ALIGN = """OPUS_HD int aligned_unit(const SeqView& sv, int rows, int k, int nprog, int cost) {
-  int64_t ctotal = 0, utotal = 0;
-  for (int s = 0; s < sv.num_seqs; ++s) {
-    int qa, qb, end, lo, span;
-    sv.bounds(s, qa, qb, end, lo, span);
-    const int g = span > 0 ? cdiv_nonneg(qb - qa, rows) : 0;
-    ctotal += int64_t(g) * (cost + span);
-    utotal += sv.units(s, rows);
-  }
-  if (k >= nprog) return int(utotal);
-  const int64_t x = int64_t(k) * ctotal / nprog;
-  int64_t ccum = 0, ucum = 0;
-  for (int s = 0; s < sv.num_seqs; ++s) {
-    int qa, qb, end, lo, span;
-    sv.bounds(s, qa, qb, end, lo, span);
-    const int g = span > 0 ? cdiv_nonneg(qb - qa, rows) : 0;
-    const int64_t cs = int64_t(g) * (cost + span);
-    if (ccum + cs > x) {
-      const int64_t off = x - ccum;
-      const int j = int(off / (cost + span)), o = int(off - int64_t(j) * (cost + span)) - cost;
-      const int64_t gstart = ucum + int64_t(j) * (kPieceCost + span);
-      if (o <= 0) return int(gstart);
-      const int g0 = lo & ~3;  // the group's first stage (absolute tiles, as stage_start counts)
-      const int rel = imin(imax((lo + o - g0 + GRAIN / 2) / GRAIN * GRAIN + g0 - lo, 0), span);
-      return int(rel == 0 ? gstart : gstart + kPieceCost + rel);
-    }
-    ccum += cs;
-    ucum += sv.units(s, rows);
-  }
-  return int(utotal);
-}
-
-OPUS_HD void table_record(const SeqView& sv, int rows, int pid, int nprog, int32_t* rec) {  // kRecordInts ints
-  CtaRange cr;
-  cr.u_begin = aligned_unit(sv, rows, pid, nprog, COST);
-  cr.u_end = aligned_unit(sv, rows, pid + 1, nprog, COST);
-  cr.b = 0;
-  cr.base = 0;
-  int64_t cum = 0;
-  for (int s = 0; s < sv.num_seqs; ++s) {
-    const int u = sv.units(s, rows);
-    cum += u;
-    if (cum > cr.u_begin) break;
-    cr.b += 1;
-    cr.base += u;
-  }
-"""
-_TABLE_OLD = ("OPUS_HD void table_record(const SeqView& sv, int rows, int pid, int nprog, int32_t* rec) {  // kRecordInts ints\n"
-              "  const CtaRange cr = cta_range_serial(sv, rows, pid, nprog);\n")
-for _c in (8, 4):  # ends on stages (4 tiles)
-    EDITS[f"tablealign{_c}"] = [("worksplit.h", _TABLE_OLD, _TABLE_ALIGN.replace("COST", str(_c)).replace("GRAIN", "4"))]
-# ends on rounds: two stages (8 tiles) from the group's first stage, so each consumer of a
-# two-consumer body (r1w12, r2w12, r4w12) gets as many stages of a cut piece as the other
-for _c in (4, 8, 12, 16):
-    EDITS[f"tableround{_c}"] = [("worksplit.h", _TABLE_OLD, _TABLE_ALIGN.replace("COST", str(_c)).replace("GRAIN", "8"))]
-# ... on three consumers' rounds (12 tiles: r1w16, r2w16)
-EDITS["tableround8g12"] = [("worksplit.h", _TABLE_OLD, _TABLE_ALIGN.replace("COST", "8").replace("GRAIN", "12"))]
+# The Table records' split (the harness's records: worksplit.h's table_record with the i8 split,
+# (stage tiles, consumers, OPUS_I8_TABLE_SETUP); the kernel walks units as before). `unitsplit`:
+# the units' own split (the rule before the thirty-third session); `tsetupN`: a later set-up
+# counted as N tiles; `tablealignN`: ends on stages (not rounds) with N. The thirty-third
+# session's A/B of these ran as edits of that session's main (docs/perf-notes.md).
+EDITS["unitsplit"] = [("worksplit.h", "  if (split.stage * split.rounds != 1 || split.setup != kPieceCost) {\n",
+                       "  if (false) {  // unitsplit\n")]
+for _c in (4, 12, 16):
+    EDITS[f"tsetup{_c}"] = [("registry.h", "#define OPUS_I8_TABLE_SETUP 8\n", f"#define OPUS_I8_TABLE_SETUP {_c}\n")]
+for _c in (4, 8):
+    EDITS[f"tablealign{_c}"] = [("worksplit.h", "  const int grain = split.stage * split.rounds, setup = split.setup;\n",
+                                 f"  const int grain = split.stage, setup = {_c};  // tablealign{_c}\n")]
 # The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
 # column's -kI8KeyBias * qsum (the value the bias slice sums to), each unit's accumulator is
 # written from it before the wgmma fence (init_acc), and the four k-slices accumulate onto it

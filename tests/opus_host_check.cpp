@@ -50,7 +50,8 @@ static int cmd_registry() {
     std::printf("], \"page_sizes\": [");
     for (size_t p = 0; p < sizeof(kPageSizes) / sizeof(kPageSizes[0]); ++p)
       std::printf("%s%d", p ? ", " : "", kPageSizes[p]);
-    std::printf("], \"modes\": \"%s\", \"i8_stage_keys\": %d}\n", OPUS_MODES, OPUS_I8_STAGE_KEYS);
+    std::printf("], \"modes\": \"%s\", \"i8_stage_keys\": %d, \"i8_consumers\": %d, \"i8_table_setup\": %d}\n",
+                OPUS_MODES, OPUS_I8_STAGE_KEYS, i8_consumers(i.warps), OPUS_I8_TABLE_SETUP);
   }
   return 0;
 }
@@ -207,8 +208,8 @@ static int cmd_fastdiv() {
 }
 
 // stdin: one case a line: "R nprog parts num_seqs num_rows qsl[0..num_seqs] row_ends[0..num_rows-1] [key_cap]"
-// stdout: one JSON object a case: Free/Table ranges and pieces per program, Prefill pieces per
-// (group, part).
+// stdout: one JSON object a case: Free/Table ranges and pieces per program, the Table records and
+// walks of two round splits, Prefill pieces per (group, part).
 static void print_piece(const Piece& p, bool& first) {
   std::printf("%s[%d, %d, %d, %d, %d]", first ? "" : ", ", p.b, p.r0, p.r1, p.t0, p.t1);
   first = false;
@@ -266,6 +267,29 @@ static int cmd_worksplit() {
     for (int p = 0; p < nprog; ++p) {
       for (int i = 0; i < 4; ++i) recs[p][4 + i] = bad[p % 4][i];
       walk(p, recs[p].data());
+    }
+    // Table records by two round splits (the two- and three-consumer i8 bodies'), each program's
+    // whole record and its walk from it
+    std::printf("], \"rounds\": [");
+    const TableSplit splits[2] = {{4, 2, 8}, {4, 3, 12}};
+    for (int k = 0; k < 2; ++k) {
+      std::printf("%s{\"records\": [", k ? ", " : "");
+      for (int p = 0; p < nprog; ++p) {
+        table_record(sv, R, p, nprog, recs[p].data(), splits[k]);
+        std::printf("%s[", p ? ", " : "");
+        for (int i = 0; i < kRecordInts; ++i) std::printf("%s%d", i ? ", " : "", recs[p][i]);
+        std::printf("]");
+      }
+      std::printf("], \"walks\": [");
+      for (int p = 0; p < nprog; ++p) {
+        FreeIter it{recs[p][0], recs[p][1], recs[p][2], recs[p][3]};
+        Piece piece;
+        bool first = true;
+        std::printf("%s[", p ? ", " : "");
+        while (it.next(sv, R, piece, recs[p].data())) print_piece(piece, first);
+        std::printf("]");
+      }
+      std::printf("]}");
     }
     const int groups = num_rows > 0 ? (num_rows + R - 1) / R : 1;
     std::printf("], \"prefill\": [");

@@ -232,18 +232,28 @@ def broken_starts(ends, rng):
             for e in ends]
 
 
+ROUND_SPLITS = ((4, 2, 8), (4, 3, 12), (2, 2, 16))  # (stage tiles, stages a round, set-up tiles)
+
+
 def all_pieces(qsl, ends, starts, rows, block_n, nprog, parts, cap=worksplit.NO_CAP):
-    """{mode: the pieces every program of one launch scores} (Table and Free share theirs)."""
+    """{mode: the pieces every program of one launch scores} (Free, and Table with the units' own
+    split, share theirs; Table by the round splits too)."""
     lanes = lanes_for(qsl)
-    free = [p for rec in worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes, cap, starts)
-            for p in worksplit.free_work(qsl, ends, *rec[:4], rows, block_n, cap, starts)]
+    table = {f"free/table {split}": [p for rec in worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes,
+                                                                               cap, starts, split)
+                                     for p in worksplit.free_work(qsl, ends, *rec[:4], rows, block_n, cap, starts)]
+             for split in (worksplit.UNIT_SPLIT, *ROUND_SPLITS)}
     groups = max(1, -(-len(ends) // rows))
     prefill = [p for g in range(groups) for part in range(parts)
                for p in worksplit.prefill_work(qsl, ends, g, part, rows, block_n, parts, cap, starts)]
-    return {"free/table": free, "prefill": prefill}
+    return {**table, "prefill": prefill}
 
 
-def triton_records(qsl, ends, starts, nprog, rows, block_n, cap=worksplit.NO_CAP):
+# all_pieces' keys: Free with Table by the units' own split, Table by each round split, Prefill
+MODES_SPLITS = tuple(f"free/table {split}" for split in (worksplit.UNIT_SPLIT, *ROUND_SPLITS)) + ("prefill",)
+
+
+def triton_records(qsl, ends, starts, nprog, rows, block_n, cap=worksplit.NO_CAP, split=worksplit.UNIT_SPLIT):
     """The shared Triton schedule kernel's records (all RECORD_INTS fields) under the interpreter."""
     from mqa_logits_mxfp4.worksplit.kernel import build_schedule_kernel
     records = torch.full((nprog, 8), -1, dtype=torch.int32)
@@ -251,7 +261,7 @@ def triton_records(qsl, ends, starts, nprog, rows, block_n, cap=worksplit.NO_CAP
     row_starts = row_ends if starts is None else torch.tensor(starts or [0], dtype=torch.int32)
     build_schedule_kernel[(nprog,)](torch.tensor(qsl, dtype=torch.int32), row_ends, row_starts, records,
                                     len(qsl) - 1, len(ends), cap, R=rows, BLOCK_N=block_n, SEQ_P2=lanes_for(qsl),
-                                    HAS_STARTS=starts is not None)
+                                    HAS_STARTS=starts is not None, STAGE=split[0], ROUND=split[1], SETUP=split[2])
     return records.tolist()
 
 
@@ -265,6 +275,11 @@ def test_cta_range_matches_the_triton_schedule_records(rows, block_n):
                 want = worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes_for(qsl), row_starts=starts)
                 assert triton_records(qsl, ends, starts, nprog, rows, block_n) == want, \
                     (qsl, ends, starts, nprog)
+            for split in ROUND_SPLITS:
+                want = worksplit.schedule_records(qsl, ends, 8, rows, block_n, lanes_for(qsl), row_starts=starts,
+                                                  split=split)
+                assert triton_records(qsl, ends, starts, 8, rows, block_n, split=split) == want, \
+                    (qsl, ends, starts, split)
 
 
 @pytest.mark.skipif(not INTERPRETING, reason="the Triton schedule kernel runs on the CPU under TRITON_INTERPRET=1")
@@ -279,6 +294,10 @@ def test_broken_row_tensors_keep_the_split_inside_rows_and_cap(rows, block_n):
             for nprog in (1, 3, 8):
                 want = worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes_for(qsl), cap, starts)
                 assert triton_records(qsl, ends, starts, nprog, rows, block_n, cap) == want, \
+                    (qsl, ends, starts, nprog)
+                want = worksplit.schedule_records(qsl, ends, nprog, rows, block_n, lanes_for(qsl), cap, starts,
+                                                  ROUND_SPLITS[0])
+                assert triton_records(qsl, ends, starts, nprog, rows, block_n, cap, ROUND_SPLITS[0]) == want, \
                     (qsl, ends, starts, nprog)
                 for piece in [p for ps in all_pieces(qsl, ends, starts, rows, block_n, nprog, 3, cap).values()
                               for p in ps]:
@@ -334,6 +353,28 @@ def test_each_group_start_is_charged_its_set_up_units():
         [], [], [(0, 0, 1, 0, 3)], [(0, 0, 1, 3, 10)]]
     if INTERPRETING:
         assert triton_records(qsl, ends, None, 4, 1, 64) == recs
+
+
+def test_round_split_puts_the_ends_on_rounds_and_charges_later_set_ups():
+    """Table records by a round split (4-tile stages, two a round, a later set-up as 8 tiles):
+    worked out by hand. Three one-row sequences of 50 tiles, two programs: a cost of 3 x (8 + 50)
+    = 174, 87 each; point 87 is tile 87 - 58 - 8 = 21 of sequence 1, which moves to 24 (the
+    nearest multiple of 8 from its first stage, tile 0). The units' own split (above) cut it at 17."""
+    qsl, ends = [0, 1, 2, 3], [3200, 3200, 3200]
+    recs = worksplit.schedule_records(qsl, ends, 2, 1, 64, lanes_for(qsl), split=(4, 2, 8))
+    assert [r[:4] for r in recs] == [[0, 66 + 16 + 24, 0, 0], [106, 198, 1, 66]]
+    assert [list(worksplit.free_work(qsl, ends, *r[:4], 1, 64)) for r in recs] == [
+        [(0, 0, 1, 0, 50), (1, 1, 2, 0, 24)],
+        [(1, 1, 2, 24, 50), (2, 2, 3, 0, 50)]]
+    # sequence 1's window from key 200 (tiles [3, 50)): a cost of 58 + 55 + 58 = 171, point 85 is
+    # its tile 3 + 85 - 58 - 8 = 22, and the rounds count from its first stage (tile 0): 24 again
+    starts = [0, 200, 0]
+    recs = worksplit.schedule_records(qsl, ends, 2, 1, 64, lanes_for(qsl), row_starts=starts, split=(4, 2, 8))
+    assert [list(worksplit.free_work(qsl, ends, *r[:4], 1, 64, row_starts=starts)) for r in recs] == [
+        [(0, 0, 1, 0, 50), (1, 1, 2, 3, 24)],
+        [(1, 1, 2, 24, 50), (2, 2, 3, 0, 50)]]
+    if INTERPRETING:
+        assert triton_records(qsl, ends, starts, 2, 1, 64, split=(4, 2, 8)) == recs
 
 
 def test_row_starts_shrink_the_work_and_leave_the_no_starts_split_as_it_was():
@@ -422,7 +463,7 @@ def test_score_group_model_stores_each_window_once(rows, block_n):
             want = [(r, n) for r in range(qsl[-1]) for n in range(*worksplit.row_window(ends, starts, r))]
             for nprog, parts in ((1, 1), (3, 2), (7, 3)):
                 got = check_score_group_model(qsl, ends, starts, rows, block_n, worksplit.NO_CAP, nprog, parts)
-                assert got == {"free/table": want, "prefill": want}, (qsl, ends, starts, nprog)   # each once
+                assert got == dict.fromkeys(MODES_SPLITS, want), (qsl, ends, starts, nprog)   # each once
 
 
 @pytest.mark.parametrize("rows, block_n", [(1, 64), (2, 64), (4, 16)])

@@ -253,6 +253,8 @@ def test_python_mirror_equals_the_cpp_registry():
         assert tuple(r["page_sizes"]) == opus_instances.PAGE_SIZES and r["modes"] == "table,free,prefill"
         assert r["i8_stage_keys"] == opus_instances.I8_STAGE_KEYS  # what the i8 path counters count
         assert r["ctas_by_heads"] == [opus_instances.ctas_for_heads(r["ctas_per_sm"], h) for h in r["heads"]]
+        assert r["i8_consumers"] == opus_instances.i8_consumers(r["warps"])  # kernels.cu's SmBody
+        assert r["i8_table_setup"] == opus_instances.I8_TABLE_SETUP
     assert opus_instances.from_registry(rows) == INSTANCES
 
 
@@ -401,6 +403,12 @@ def test_work_split_matches_the_python_statement(rows):
         for b, r0, r1, t0, t1 in (pc for ps in got["broken"] for pc in ps):
             assert 0 <= r0 <= r1 <= len(ends) and 0 <= t0 <= t1 and t1 - t0 <= min(cap, 2**31 - 1) // 64 + 1, \
                 (qsl, ends, starts, nprog, (b, r0, r1, t0, t1))
+        # the round splits' records (worksplit/rules.py's table_unit) and the walks from them
+        for split, got_split in zip(((4, 2, 8), (4, 3, 12)), got["rounds"]):
+            want_recs = worksplit.schedule_records(qsl, ends, nprog, rows, 64, lanes, cap, starts, split)
+            assert got_split["records"] == want_recs, (qsl, ends, starts, nprog, split)
+            assert got_split["walks"] == [[list(pc) for pc in worksplit.free_work(qsl, ends, *r[:4], rows, 64, cap, starts)]
+                                          for r in want_recs], (qsl, ends, starts, nprog, split)
         groups = max(1, -(-len(ends) // rows))
         want_prefill = [[list(pc) for pc in worksplit.prefill_work(qsl, ends, g, part, rows, 64, parts, cap, starts)]
                         for g in range(groups) for part in range(parts)]

@@ -73,6 +73,9 @@ class Instance:
     ctas_per_sm: int = 2
     canonical: bool = True
     extra: tuple[tuple[str, object], ...] = field(default=())
+    # Table mode's split (worksplit/rules.py's table_unit: tiles a stage, stages a round, a later
+    # set-up's tiles); None: the units' own split
+    table_split: tuple[int, int, int] | None = None
 
     def validated(self, arch: str) -> bool:
         return arch in self.validated_on

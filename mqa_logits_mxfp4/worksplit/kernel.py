@@ -77,11 +77,15 @@ def split_units(units, pid, nprog):
     total = tl.sum(units, axis=0).to(tl.int64)
     u_begin = ((pid * total) // nprog).to(tl.int32)
     u_end = (((pid + 1) * total) // nprog).to(tl.int32)
-    cum = tl.cumsum(units, axis=0)
-    before = cum <= u_begin
-    b = tl.sum(before.to(tl.int32), axis=0)
-    base = tl.sum(tl.where(before, units, 0), axis=0)
+    b, base = first_seq(units, u_begin)
     return u_begin, u_end, b, base
+
+
+@triton.jit
+def first_seq(units, u):
+    """(b, units before b): the sequence holding unit u (worksplit/rules.py's first_seq)."""
+    before = tl.cumsum(units, axis=0) <= u
+    return tl.sum(before.to(tl.int32), axis=0), tl.sum(tl.where(before, units, 0), axis=0)
 
 
 @triton.jit
@@ -93,15 +97,44 @@ def cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
     return split_units(tl.cdiv(qb - qa, R) * group_units(span), pid, nprog)
 
 
+@triton.jit
+def table_unit(units, lo, span, k, nprog, STAGE: tl.constexpr, ROUND: tl.constexpr, SETUP: tl.constexpr):
+    """Program k's first unit by the split (STAGE, ROUND, SETUP) (worksplit/rules.py's table_unit),
+    from the sequences' units and tiles [lo, lo + span)."""
+    GRAIN: tl.constexpr = STAGE * ROUND
+    stride = PIECE_COST + span
+    cost = tl.where(units > 0, units // tl.maximum(stride, 1) * (SETUP + span), 0)
+    x = (k * tl.sum(cost, axis=0).to(tl.int64)) // nprog
+    ccum = tl.cumsum(cost, axis=0) - cost
+    ucum = tl.cumsum(units, axis=0) - units
+    hit = (ccum <= x) & (x < ccum + cost)  # the one sequence x falls in (none: x is the total)
+    off = tl.where(hit, x - ccum, 0).to(tl.int32)
+    j = off // (SETUP + span)
+    o = off - j * (SETUP + span) - SETUP  # tiles into group j (<= 0: inside its set-up)
+    gstart = ucum + j * stride
+    origin = lo - lo % STAGE
+    rel = tl.minimum(tl.maximum((lo + o - origin + GRAIN // 2) // GRAIN * GRAIN + origin - lo, 0), span)
+    u = tl.where(o <= 0, gstart + tl.minimum(off - j * (SETUP + span), PIECE_COST), gstart + PIECE_COST + rel)
+    return tl.where(tl.sum(hit.to(tl.int32), axis=0) > 0, tl.sum(tl.where(hit, u, 0), axis=0),
+                    tl.sum(units, axis=0))
+
+
 @triton.jit(do_not_specialize=["num_seqs", "num_rows", "seq_cap"])
 def build_schedule_kernel(qsl_ptr, re_ptr, rs_ptr, sched_ptr, num_seqs, num_rows, seq_cap,
                           R: tl.constexpr, BLOCK_N: tl.constexpr, SEQ_P2: tl.constexpr,
-                          HAS_STARTS: tl.constexpr):
-    """Table mode: one 32-byte record per program of the scoring launch (core/records.py)."""
+                          HAS_STARTS: tl.constexpr, STAGE: tl.constexpr = 1, ROUND: tl.constexpr = 1,
+                          SETUP: tl.constexpr = PIECE_COST):
+    """Table mode: one 32-byte record per program of the scoring launch (core/records.py), its ends
+    by the instance's split (STAGE, ROUND, SETUP; the defaults: the units' own split)."""
     pid = tl.program_id(0)
     seqs = tl.arange(0, SEQ_P2)
     qa, qb, lo, span = seq_bounds(qsl_ptr, re_ptr, rs_ptr, seqs, num_seqs, num_rows, seq_cap, BLOCK_N, HAS_STARTS)
-    u_begin, u_end, b, base = split_units(tl.cdiv(qb - qa, R) * group_units(span), pid, tl.num_programs(0))
+    units = tl.cdiv(qb - qa, R) * group_units(span)
+    u_begin, u_end, b, base = split_units(units, pid, tl.num_programs(0))
+    if STAGE * ROUND != 1 or SETUP != PIECE_COST:
+        u_begin = table_unit(units, lo, span, pid, tl.num_programs(0), STAGE, ROUND, SETUP)
+        u_end = table_unit(units, lo, span, pid + 1, tl.num_programs(0), STAGE, ROUND, SETUP)
+        b, base = first_seq(units, u_begin)
     first = (seqs == b) & (seqs < num_seqs)  # sequence b's bounds (none past the sequences)
     rec = sched_ptr + pid * RECORD_INTS
     tl.store(rec + 0, u_begin)

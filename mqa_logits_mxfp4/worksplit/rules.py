@@ -12,7 +12,9 @@ tiles: a piece costs its set-up (query rows into the operand, the key ring's fir
 whatever its length, so a program that starts a group scores PIECE_COST tiles fewer (a
 program whose range begins inside a group sets that one up uncharged: every program but the
 first does, so it is common to them; docs/perf-notes.md, fifteenth session: the V4 decode
-shapes 2-15% faster on the H200). Prefill program (g, part) takes global rows
+shapes 2-15% faster on the H200). Table mode's records may place the programs' ends by an
+instance's own split (`table_unit`): the same units, ends moved onto its stage rounds. Prefill
+program (g, part) takes global rows
 [g*R, g*R+R), split at sequence starts, and cuts each piece's tiles [start // BLOCK_N,
 ceil(end / BLOCK_N)) (its first row's start, its last row's end) into `parts` equal shares.
 Tile numbers in pieces are the sequence's own (absolute): key n lies in tile n // BLOCK_N.
@@ -99,30 +101,87 @@ def cta_range(qsl: Sequence[int], row_ends: Sequence[int], pid: int, nprog: int,
     since u_begin == u_end then; kept so that records match the Triton kernel's bit for bit).
     """
     num_seqs = len(qsl) - 1
-    units = [seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts)[5] if s < num_seqs else 0
-             for s in range(lanes)]
-    total = sum(units)
+    total = sum(seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts)[5] for s in range(num_seqs))
     u_begin = pid * total // nprog
     u_end = (pid + 1) * total // nprog
+    return (u_begin, u_end, *first_seq(qsl, row_ends, u_begin, rows, block_n, lanes, cap, row_starts))
+
+
+def first_seq(qsl: Sequence[int], row_ends: Sequence[int], u: int, rows: int, block_n: int, lanes: int,
+              cap: int = NO_CAP, row_starts: Sequence[int] | None = None) -> tuple[int, int]:
+    """(b, units before b): the sequence holding unit u, counted over `lanes` lanes as the
+    kernels count it (cta_range's note on lanes)."""
+    num_seqs = len(qsl) - 1
     b = base = cum = 0
-    for u in units:  # cum is non-decreasing, so `before` holds on a prefix of the lanes
-        cum += u
-        if cum <= u_begin:
+    for s in range(lanes):  # cum is non-decreasing, so `before` holds on a prefix of the lanes
+        units = seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts)[5] if s < num_seqs else 0
+        cum += units
+        if cum <= u:
             b += 1
-            base += u
-    return u_begin, u_end, b, base
+            base += units
+    return b, base
+
+
+# An instance's Table split (Instance.table_split): (tiles a stage, stages a round, the tiles a
+# later group's set-up counts as). UNIT_SPLIT, every instance's unless it says otherwise, is the
+# units' own: program p's range is [p * total // G, (p + 1) * total // G), as cta_range.
+UNIT_SPLIT = (1, 1, PIECE_COST)
+
+
+def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, rows: int, block_n: int,
+               split: tuple[int, int, int] = UNIT_SPLIT, cap: int = NO_CAP,
+               row_starts: Sequence[int] | None = None) -> int:
+    """Table program k's first unit (k = nprog: the total), by the instance's split (stage,
+    round, setup). The programs share a cost in which each group counts `setup` tiles and then its
+    tiles; program k starts at the point k / nprog of it, moved to the group and tile it falls in
+    (a point inside a group's set-up stays among the group's set-up units, which hold no tile) and
+    then to the nearest multiple of round x stage tiles counted from the group's first stage (its
+    first tile rounded down to a stage), never past the group's tiles. The ends only move, in order, so the
+    programs' ranges still hold every unit once. Why: a body whose consumers take a piece's stages
+    in turn gives each of them the same stages of a piece cut on a round, and no stage is loaded
+    by two programs; every program sets its first group up whatever the split charges, so only a
+    later group's set-up should separate programs (docs/perf-notes.md, thirty-third session).
+    UNIT_SPLIT gives cta_range's ends."""
+    stage, rounds, setup = split
+    grain = stage * rounds
+    num_seqs = len(qsl) - 1
+    seqs = [seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts) for s in range(num_seqs)]
+    costs = [units // stride * (setup + stride - PIECE_COST) for _, _, _, _, stride, units in seqs]
+    x = k * sum(costs) // nprog
+    ccum = ucum = 0
+    for (_, _, _, lo, stride, units), cost in zip(seqs, costs):
+        if ccum + cost > x:
+            span = stride - PIECE_COST
+            off = x - ccum
+            j = off // (setup + span)
+            o = off - j * (setup + span) - setup  # tiles into group j (<= 0: inside its set-up)
+            gstart = ucum + j * stride
+            if o <= 0:
+                return gstart + min(off - j * (setup + span), PIECE_COST)
+            origin = lo - lo % stage
+            rel = min(max((lo + o - origin + grain // 2) // grain * grain + origin - lo, 0), span)
+            return gstart + PIECE_COST + rel
+        ccum += cost
+        ucum += units
+    return ucum
 
 
 def schedule_records(qsl: Sequence[int], row_ends: Sequence[int], nprog: int, rows: int,
                      block_n: int, lanes: int, cap: int = NO_CAP,
-                     row_starts: Sequence[int] | None = None) -> list[list[int]]:
+                     row_starts: Sequence[int] | None = None,
+                     split: tuple[int, int, int] = UNIT_SPLIT) -> list[list[int]]:
     """Table mode's records (core/records.py's layout), one a program: [u_begin, u_end, b, base,
-    qa, qb, lo, span], the last four sequence b's as seq_units reads them (zeros past the sequences)."""
+    qa, qb, lo, span], the last four sequence b's as seq_units reads them (zeros past the
+    sequences); the ends by `split` (table_unit)."""
     assert len(RECORD_FIELDS) == RECORD_INTS
     num_seqs = len(qsl) - 1
     records = []
     for p in range(nprog):
         u_begin, u_end, b, base = cta_range(qsl, row_ends, p, nprog, rows, block_n, lanes, cap, row_starts)
+        if split != UNIT_SPLIT:
+            u_begin, u_end = (table_unit(qsl, row_ends, k, nprog, rows, block_n, split, cap, row_starts)
+                              for k in (p, p + 1))
+            b, base = first_seq(qsl, row_ends, u_begin, rows, block_n, lanes, cap, row_starts)
         first = [0, 0, 0, 0]
         if b < num_seqs:
             qa, qb, _, lo, stride, _ = seq_units(qsl, row_ends, b, rows, block_n, cap, row_starts)

@@ -96,6 +96,22 @@ def parse_i8_stage_keys(text: str) -> int:
     return keys
 
 
+def parse_i8_table_setup(text: str) -> int:
+    """registry.h's OPUS_I8_TABLE_SETUP: the tiles a later row group's set-up counts as in the i8
+    bodies' Table split."""
+    body = _macro_body(text, "OPUS_I8_TABLE_SETUP").strip()
+    try:
+        return int(body, 0)
+    except ValueError:
+        raise RegistryFormatError(f"{REGISTRY_H}: OPUS_I8_TABLE_SETUP is {body!r}; want a number") from None
+
+
+def i8_consumers(warps: int) -> int:
+    """Consumer warpgroups of an i8 body of `warps` warps (registry.h's i8_consumers; the host
+    check prints it, tests/test_opus_build.py compares)."""
+    return 2 if warps == 20 else warps // 4 - 1
+
+
 def parse_union(text: str) -> tuple[tuple[str, ...], tuple[str, ...], int]:
     """The union bodies' families, modes and most pre-pass entries (registry.h's
     OPUS_UNION_FAMILIES, OPUS_UNION_MODES, OPUS_UNION_MAX_ENTRIES: a union's rows x block-table columns)."""
@@ -120,6 +136,7 @@ REGISTRY = parse_registry(_TEXT)
 PAGE_SIZES = parse_page_sizes(_TEXT)
 ARCHES = parse_arches(_TEXT)
 I8_STAGE_KEYS = parse_i8_stage_keys(_TEXT)
+I8_TABLE_SETUP = parse_i8_table_setup(_TEXT)
 UNION_FAMILIES, UNION_MODES, UNION_MAX_ENTRIES = parse_union(_TEXT)
 
 
@@ -135,9 +152,10 @@ def i8_stages(cfg, inst: Instance, mode: str, query_start_loc, row_ends) -> int:
         groups, parts = cfg.prefill_grid
         pieces = [pc for g in range(groups) for part in range(parts)
                   for pc in worksplit.prefill_work(qsl, ends, g, part, rows, block_n, parts, cap)]
-    else:  # the Table records and Free's own range scan are the same split
+    else:  # Table: the records (their ends by the instance's split); Free: the kernel's own range scan
+        split = (inst.table_split or worksplit.UNIT_SPLIT) if mode == "table" else worksplit.UNIT_SPLIT
         recs = worksplit.schedule_records(qsl, ends, cfg.table_grid, rows, block_n, worksplit.seq_lanes(cfg.max_seqs),
-                                          cap)
+                                          cap, split=split)
         pieces = [pc for rec in recs for pc in worksplit.free_work(qsl, ends, *rec[:4], rows, block_n, cap)]
     tiles = I8_STAGE_KEYS // block_n
     return sum(len({t // tiles for t in worksplit.piece_tiles(ends, pc, block_n, cap)}) for pc in pieces)
@@ -160,13 +178,27 @@ def validated_on(arch: str, family: str) -> tuple[str, ...]:
 NON_CANONICAL = frozenset({"i8", "i8u", "mxsc", "fp8fold"})
 
 
+# Families whose Table records end on their consumers' rounds (worksplit/rules.py's table_unit):
+# the i8 bodies that take Table mode (the union ones take Free only).
+ROUND_SPLIT_FAMILIES = frozenset({"i8", "i8c"})
+
+
+def table_split(family: str, warps: int, block_n: int) -> tuple[int, int, int] | None:
+    """An instance's Table split: the i8 bodies' (stage tiles, consumers, OPUS_I8_TABLE_SETUP),
+    every other family's the units' own (None)."""
+    if family not in ROUND_SPLIT_FAMILIES:
+        return None
+    return I8_STAGE_KEYS // block_n, i8_consumers(warps), I8_TABLE_SETUP
+
+
 def make_instance(id_: int, name: str, arch: str, family: str, rows: int, warps: int, block_n: int,
                   stages: int, ctas: int, heads: tuple[int, ...]) -> Instance:
     return Instance(name=name, backend=BACKEND, family=family, rows=rows, block_n=block_n, warps=warps,
                     stages=stages, heads=tuple(heads), page_sizes=PAGE_SIZES, arches=(arch,),
                     validated_on=validated_on(arch, family), modes=UNION_MODES if family in UNION_FAMILIES else MODES,
                     head_dims=HEAD_DIMS,
-                    ctas_per_sm=ctas, extra=(("id", id_),), canonical=family not in NON_CANONICAL)
+                    ctas_per_sm=ctas, extra=(("id", id_),), canonical=family not in NON_CANONICAL,
+                    table_split=table_split(family, warps, block_n))
 
 
 def from_registry(rows: list[dict]) -> tuple[Instance, ...]:

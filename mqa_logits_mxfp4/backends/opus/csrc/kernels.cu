@@ -78,8 +78,7 @@ struct SmBody {
   static constexpr int smem = sm90::smem_bytes<FAMILY, R, H, WARPS>();
   static auto kernel() { return sm90::mqa_logits_sm90<FAMILY, R, H, WARPS, CTAS>; }
 };
-// i8 with 20 warps: the split body (a producer, two converter and two MMA warpgroups); else one
-// producer warpgroup and WARPS / 4 - 1 consumers.
+// i8 with 20 warps: the split body; its consumers as registry.h's i8_consumers counts them.
 template <int FAMILY, int R, int H, int WARPS, int CTAS>
 struct SmBody<FAMILY, R, H, WARPS, CTAS, true> {
   static_assert(WARPS % 4 == 0 && CTAS == 1, "i8: whole warpgroups, one CTA an SM");
@@ -87,7 +86,7 @@ struct SmBody<FAMILY, R, H, WARPS, CTAS, true> {
   static constexpr bool uni = FAMILY == sm90::kI8U || FAMILY == sm90::kI8UC;  // the union body (kernel_sm90_union.cuh's pre-pass first)
   static constexpr bool canon = FAMILY == sm90::kI8C || FAMILY == sm90::kI8UC;  // the fast path's head sum in the canonical order
   static_assert(!(split && uni), "the union body is the fused i8 body's");
-  static constexpr int cons = split ? 2 : WARPS / 4 - 1;
+  static constexpr int cons = i8_consumers(WARPS);
   static constexpr int smem = sm90::i8_smem_bytes<R, H, cons, split, uni>();
   static auto kernel() { return sm90::mqa_logits_sm90_i8<R, H, cons, split, uni, canon>; }
 };

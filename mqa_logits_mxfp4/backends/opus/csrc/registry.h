@@ -115,6 +115,10 @@
 // is. The one statement of it: the kernel's I8Shape and the Python side (instances.py
 // I8_STAGE_KEYS, which the tests count stages with) read it here.
 #define OPUS_I8_STAGE_KEYS 256
+// The tiles a later row group's set-up counts as in the Table split of the i8 bodies (families i8
+// and i8c; worksplit/rules.py's table_unit: their split is (stage tiles, consumers, this)); read
+// by instances.py. Set from the H100 harness's CTA ends (docs/perf-notes.md, thirty-third session).
+#define OPUS_I8_TABLE_SETUP 8
 
 // Page sizes every instance serves (keys are gathered one by one through the table).
 #define OPUS_PAGE_SIZES {8, 16, 32, 64, 128}
@@ -128,6 +132,11 @@
 #define OPUS_UNION_MAX_ENTRIES 16384
 
 namespace opus {
+
+// Consumer warpgroups of an i8 body of `warps` warps (kernels.cu's SmBody): 20 warps is the split
+// body (a producer, two converter and two MMA warpgroups: two consuming pairs); else one producer
+// warpgroup and the rest consume. instances.py repeats it (tests/test_opus_build.py compares).
+constexpr int i8_consumers(int warps) { return warps == 20 ? 2 : warps / 4 - 1; }
 
 struct InstanceInfo {
   int id;

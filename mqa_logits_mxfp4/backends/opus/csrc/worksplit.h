@@ -184,12 +184,8 @@ struct PrefillIter {
 struct CtaRange {
   int u_begin, u_end, b, base;
 };
-OPUS_HD CtaRange cta_range_serial(const SeqView& sv, int rows, int pid, int nprog) {
-  int64_t total = 0;
-  for (int s = 0; s < sv.num_seqs; ++s) total += sv.units(s, rows);
-  CtaRange r;
-  r.u_begin = int(pid * total / nprog);
-  r.u_end = int((pid + 1) * total / nprog);
+// r.b, r.base: the sequence holding unit r.u_begin and the units before it.
+OPUS_HD void first_seq_serial(const SeqView& sv, int rows, CtaRange& r) {
   r.b = 0;
   r.base = 0;
   int64_t cum = 0;
@@ -200,13 +196,65 @@ OPUS_HD CtaRange cta_range_serial(const SeqView& sv, int rows, int pid, int npro
     r.b += 1;
     r.base += u;
   }
+}
+OPUS_HD CtaRange cta_range_serial(const SeqView& sv, int rows, int pid, int nprog) {
+  int64_t total = 0;
+  for (int s = 0; s < sv.num_seqs; ++s) total += sv.units(s, rows);
+  CtaRange r;
+  r.u_begin = int(pid * total / nprog);
+  r.u_end = int((pid + 1) * total / nprog);
+  first_seq_serial(sv, rows, r);
   return r;
+}
+
+// An instance's Table split (worksplit/rules.py's table_unit): tiles a stage, stages a round, and
+// the tiles a later group's set-up counts as. The default is the units' own split (cta_range).
+struct TableSplit {
+  int stage = 1, rounds = 1, setup = kPieceCost;
+};
+
+// Table program k's first unit by `split` (k = nprog: the total), serially: worksplit/rules.py's
+// table_unit, which says why.
+OPUS_HD int table_unit_serial(const SeqView& sv, int rows, int k, int nprog, const TableSplit& split) {
+  const int grain = split.stage * split.rounds, setup = split.setup;
+  int64_t ctotal = 0;
+  for (int s = 0; s < sv.num_seqs; ++s) {
+    int qa, qb, end, lo, span;
+    sv.bounds(s, qa, qb, end, lo, span);
+    ctotal += int64_t(sv.units(s, rows) / (kPieceCost + span)) * (setup + span);
+  }
+  const int64_t x = k * ctotal / nprog;
+  int64_t ccum = 0, ucum = 0;
+  for (int s = 0; s < sv.num_seqs; ++s) {
+    int qa, qb, end, lo, span;
+    sv.bounds(s, qa, qb, end, lo, span);
+    const int units = sv.units(s, rows), stride = kPieceCost + span;
+    const int64_t cost = int64_t(units / stride) * (setup + span);
+    if (ccum + cost > x) {
+      const int off = int(x - ccum), j = off / (setup + span);
+      const int o = off - j * (setup + span) - setup;  // tiles into group j (<= 0: inside its set-up)
+      const int64_t gstart = ucum + int64_t(j) * stride;
+      if (o <= 0) return int(gstart + imin(off - j * (setup + span), kPieceCost));
+      const int origin = lo - lo % split.stage;
+      const int rel = imin(imax((lo + o - origin + grain / 2) / grain * grain + origin - lo, 0), span);
+      return int(gstart + kPieceCost + rel);
+    }
+    ccum += cost;
+    ucum += units;
+  }
+  return int(ucum);
 }
 
 // Program pid's Table record (core/records.py), serially: what the shared Triton records kernel
 // writes (the harness's records, the host check's; FreeIter::next reads fields 2, 4, 5 and 7).
-OPUS_HD void table_record(const SeqView& sv, int rows, int pid, int nprog, int32_t* rec) {  // kRecordInts ints
-  const CtaRange cr = cta_range_serial(sv, rows, pid, nprog);
+OPUS_HD void table_record(const SeqView& sv, int rows, int pid, int nprog, int32_t* rec,
+                          const TableSplit& split = TableSplit{}) {  // kRecordInts ints
+  CtaRange cr = cta_range_serial(sv, rows, pid, nprog);
+  if (split.stage * split.rounds != 1 || split.setup != kPieceCost) {
+    cr.u_begin = table_unit_serial(sv, rows, pid, nprog, split);
+    cr.u_end = table_unit_serial(sv, rows, pid + 1, nprog, split);
+    first_seq_serial(sv, rows, cr);
+  }
   for (int i = 0; i < kRecordInts; ++i) rec[i] = 0;
   rec[0] = cr.u_begin;
   rec[1] = cr.u_end;
