@@ -136,12 +136,12 @@ def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, 
     tiles; program k starts at the point k / nprog of it, moved to the group and tile it falls in
     (a point inside a group's set-up stays among the group's set-up units, which hold no tile) and
     then to the nearest multiple of round x stage tiles counted from the group's first stage (its
-    first tile rounded down to a stage), never past the group's tiles. The ends only move, in order, so the
-    programs' ranges still hold every unit once. Why: a body whose consumers take a piece's stages
-    in turn gives each of them the same stages of a piece cut on a round, and no stage is loaded
-    by two programs; every program sets its first group up whatever the split charges, so only a
-    later group's set-up should separate programs (docs/perf-notes.md, thirty-third session).
-    UNIT_SPLIT gives cta_range's ends."""
+    first tile rounded down to a stage), never past the group's tiles. The ends only move, in
+    order, so the programs' ranges still hold every unit once. Why: a body whose consumers take a
+    piece's stages in turn gives each of them the same stages of a piece cut on a round, and no
+    stage is loaded by two programs; every program sets its first group up whatever the split
+    charges, so only a later group's set-up should separate programs (docs/perf-notes.md,
+    thirty-third session). UNIT_SPLIT gives cta_range's ends."""
     stage, rounds, setup = split
     grain = stage * rounds
     num_seqs = len(qsl) - 1
