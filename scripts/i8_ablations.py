@@ -1018,8 +1018,8 @@ for _cost in (8, 12, 24, 32):
 # the units' own split (the rule before the thirty-third session); `tsetupN`: a later set-up
 # counted as N tiles; `tablealignN`: ends on stages (not rounds) with N. The thirty-third
 # session's A/B of these ran as edits of that session's main (docs/perf-notes.md).
-EDITS["unitsplit"] = [("worksplit.h", "  if (split.stage * split.rounds != 1 || split.setup != kPieceCost) {\n",
-                       "  if (false) {  // unitsplit\n")]
+EDITS["unitsplit"] = [("worksplit.h", "  if (split.stage * split.rounds == 1 && split.setup == kPieceCost) {  // the units' own split\n",
+                       "  if (true) {  // unitsplit\n")]
 for _c in (4, 12, 16):
     EDITS[f"tsetup{_c}"] = [("registry.h", "#define OPUS_I8_TABLE_SETUP 8\n", f"#define OPUS_I8_TABLE_SETUP {_c}\n")]
 for _c in (4, 8):

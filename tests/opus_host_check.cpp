@@ -281,14 +281,7 @@ static int cmd_worksplit() {
         std::printf("]");
       }
       std::printf("], \"walks\": [");
-      for (int p = 0; p < nprog; ++p) {
-        FreeIter it{recs[p][0], recs[p][1], recs[p][2], recs[p][3]};
-        Piece piece;
-        bool first = true;
-        std::printf("%s[", p ? ", " : "");
-        while (it.next(sv, R, piece, recs[p].data())) print_piece(piece, first);
-        std::printf("]");
-      }
+      for (int p = 0; p < nprog; ++p) walk(p, recs[p].data());
       std::printf("]}");
     }
     const int groups = num_rows > 0 ? (num_rows + R - 1) / R : 1;

@@ -130,8 +130,9 @@ def build_schedule_kernel(qsl_ptr, re_ptr, rs_ptr, sched_ptr, num_seqs, num_rows
     seqs = tl.arange(0, SEQ_P2)
     qa, qb, lo, span = seq_bounds(qsl_ptr, re_ptr, rs_ptr, seqs, num_seqs, num_rows, seq_cap, BLOCK_N, HAS_STARTS)
     units = tl.cdiv(qb - qa, R) * group_units(span)
-    u_begin, u_end, b, base = split_units(units, pid, tl.num_programs(0))
-    if STAGE * ROUND != 1 or SETUP != PIECE_COST:
+    if STAGE * ROUND == 1 and SETUP == PIECE_COST:  # the units' own split
+        u_begin, u_end, b, base = split_units(units, pid, tl.num_programs(0))
+    else:
         u_begin = table_unit(units, lo, span, pid, tl.num_programs(0), STAGE, ROUND, SETUP)
         u_end = table_unit(units, lo, span, pid + 1, tl.num_programs(0), STAGE, ROUND, SETUP)
         b, base = first_seq(units, u_begin)

@@ -177,8 +177,9 @@ def schedule_records(qsl: Sequence[int], row_ends: Sequence[int], nprog: int, ro
     num_seqs = len(qsl) - 1
     records = []
     for p in range(nprog):
-        u_begin, u_end, b, base = cta_range(qsl, row_ends, p, nprog, rows, block_n, lanes, cap, row_starts)
-        if split != UNIT_SPLIT:
+        if split == UNIT_SPLIT:
+            u_begin, u_end, b, base = cta_range(qsl, row_ends, p, nprog, rows, block_n, lanes, cap, row_starts)
+        else:
             u_begin, u_end = (table_unit(qsl, row_ends, k, nprog, rows, block_n, split, cap, row_starts)
                               for k in (p, p + 1))
             b, base = first_seq(qsl, row_ends, u_begin, rows, block_n, lanes, cap, row_starts)

@@ -249,8 +249,10 @@ OPUS_HD int table_unit_serial(const SeqView& sv, int rows, int k, int nprog, con
 // writes (the harness's records, the host check's; FreeIter::next reads fields 2, 4, 5 and 7).
 OPUS_HD void table_record(const SeqView& sv, int rows, int pid, int nprog, int32_t* rec,
                           const TableSplit& split = TableSplit{}) {  // kRecordInts ints
-  CtaRange cr = cta_range_serial(sv, rows, pid, nprog);
-  if (split.stage * split.rounds != 1 || split.setup != kPieceCost) {
+  CtaRange cr;
+  if (split.stage * split.rounds == 1 && split.setup == kPieceCost) {  // the units' own split
+    cr = cta_range_serial(sv, rows, pid, nprog);
+  } else {
     cr.u_begin = table_unit_serial(sv, rows, pid, nprog, split);
     cr.u_end = table_unit_serial(sv, rows, pid + 1, nprog, split);
     first_seq_serial(sv, rows, cr);
