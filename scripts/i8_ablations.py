@@ -1014,17 +1014,17 @@ EDITS["r1pred"] = [("                                     && !(R == 1 && ((H == 
 for _cost in (8, 12, 24, 32):
     EDITS[f"pc{_cost}"] = [("args.h", "constexpr int kPieceCost = 16;", f"constexpr int kPieceCost = {_cost};")]
 # The Table records' split (the harness's records: worksplit.h's table_record with the i8 split,
-# (stage tiles, consumers, OPUS_I8_TABLE_SETUP); the kernel walks units as before). `unitsplit`:
-# the units' own split (the rule before the thirty-third session); `tsetupN`: a later set-up
-# counted as N tiles; `tablealignN`: ends on stages (not rounds) with N. The thirty-third
-# session's A/B of these ran as edits of that session's main (docs/perf-notes.md).
+# (stage tiles, consumers, registry.h's i8_table_setup); the kernel walks units as before).
+# `unitsplit`: the units' own split (the rule before the thirty-fourth session); `tsetupN`: a later
+# set-up counted as N tiles whatever the rows; `tablealign4`: ends on stages (not rounds), a
+# later set-up counted as 4 tiles, whatever the share.
+# The thirty-third session's A/B of these ran as edits of that session's main (docs/perf-notes.md).
 EDITS["unitsplit"] = [("worksplit.h", "  if (split.stage * split.rounds == 1 && split.setup == kPieceCost) {  // the units' own split\n",
                        "  if (true) {  // unitsplit\n")]
-for _c in (4, 12, 16):
-    EDITS[f"tsetup{_c}"] = [("registry.h", "#define OPUS_I8_TABLE_SETUP 8\n", f"#define OPUS_I8_TABLE_SETUP {_c}\n")]
-for _c in (4, 8):
-    EDITS[f"tablealign{_c}"] = [("worksplit.h", "  const int grain = split.stage * split.rounds, setup = split.setup;\n",
-                                 f"  const int grain = split.stage, setup = {_c};  // tablealign{_c}\n")]
+for _c in (8, 12):
+    EDITS[f"tsetup{_c}"] = [("registry.h", "rows == 1 ? 8 : 12; }", f"{_c}; }}  // tsetup{_c}")]
+EDITS["tablealign4"] = [("worksplit.h", "  const bool few = split.rounds > 1 && tiles < int64_t(nprog) * split.stage * split.rounds;\n",
+                         "  const bool few = tiles >= 0;  // tablealign4\n")]
 # The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
 # column's -kI8KeyBias * qsum (the value the bias slice sums to), each unit's accumulator is
 # written from it before the wgmma fence (init_acc), and the four k-slices accumulate onto it

@@ -286,7 +286,9 @@ int main(int argc, char** argv) {
   if (std::getenv("TABLE") != nullptr && !prefill) {
     SeqView sv{qsl.data(), ends.data(), B, rows};
     std::vector<int32_t> rec(size_t(sms) * kRecordInts, 0);
-    const TableSplit split{OPUS_I8_STAGE_KEYS / inst->block_n, i8_consumers(inst->warps), OPUS_I8_TABLE_SETUP};
+    const int setup = i8_table_setup(inst->rows, inst->warps);
+    const TableSplit split = setup ? TableSplit{OPUS_I8_STAGE_KEYS / inst->block_n, i8_consumers(inst->warps), setup}
+                                   : TableSplit{};
     for (int pid = 0; pid < sms; ++pid)  // the i8 bodies' split, as instances.py gives it to the records kernel
       table_record(sv, inst->rows, pid, sms, &rec[size_t(pid) * kRecordInts], split);
     c.mode = kModeTable;

@@ -51,7 +51,7 @@ static int cmd_registry() {
     for (size_t p = 0; p < sizeof(kPageSizes) / sizeof(kPageSizes[0]); ++p)
       std::printf("%s%d", p ? ", " : "", kPageSizes[p]);
     std::printf("], \"modes\": \"%s\", \"i8_stage_keys\": %d, \"i8_consumers\": %d, \"i8_table_setup\": %d}\n",
-                OPUS_MODES, OPUS_I8_STAGE_KEYS, i8_consumers(i.warps), OPUS_I8_TABLE_SETUP);
+                OPUS_MODES, OPUS_I8_STAGE_KEYS, i8_consumers(i.warps), i8_table_setup(i.rows, i.warps));
   }
   return 0;
 }

@@ -377,6 +377,26 @@ def test_round_split_puts_the_ends_on_rounds_and_charges_later_set_ups():
         assert triton_records(qsl, ends, starts, 2, 1, 64, split=(4, 2, 8)) == recs
 
 
+def test_round_split_with_less_than_a_round_a_program_puts_the_ends_on_stages():
+    """Fewer tiles than programs x a round's tiles: the ends go on stages and a later set-up counts
+    as a stage, worked out by hand. Two one-row sequences of 8 tiles, four programs, split (4, 2,
+    8): 16 tiles < 4 x 8, so a cost of 2 x (4 + 8) = 24, 6 each; point 6 is tile 2 of sequence 0,
+    moved to 4, point 12 is sequence 1's start, point 18 its tile 2, moved to 4: each program one
+    stage. On rounds (a cost of 2 x (8 + 8), 8 each) points 8 and 24 would fall in set-ups, and two
+    programs would hold only set-up units and no tile. With two programs (16 tiles = 2 x 8) the
+    ends stay on rounds."""
+    qsl, ends = [0, 1, 2], [512, 512]
+    recs = worksplit.schedule_records(qsl, ends, 4, 1, 64, lanes_for(qsl), split=(4, 2, 8))
+    assert [r[:4] for r in recs] == [[0, 20, 0, 0], [20, 24, 0, 0], [24, 44, 1, 24], [44, 48, 1, 24]]
+    assert [list(worksplit.free_work(qsl, ends, *r[:4], 1, 64)) for r in recs] == [
+        [(0, 0, 1, 0, 4)], [(0, 0, 1, 4, 8)], [(1, 1, 2, 0, 4)], [(1, 1, 2, 4, 8)]]
+    two = worksplit.schedule_records(qsl, ends, 2, 1, 64, lanes_for(qsl), split=(4, 2, 8))
+    assert [list(worksplit.free_work(qsl, ends, *r[:4], 1, 64)) for r in two] == [[(0, 0, 1, 0, 8)], [(1, 1, 2, 0, 8)]]
+    if INTERPRETING:
+        assert triton_records(qsl, ends, None, 4, 1, 64, split=(4, 2, 8)) == recs
+        assert triton_records(qsl, ends, None, 2, 1, 64, split=(4, 2, 8)) == two
+
+
 def test_row_starts_shrink_the_work_and_leave_the_no_starts_split_as_it_was():
     """Starts past the first tiles drop those tiles from the units and the pieces; all-zero starts
     give the same records and pieces as no row_starts."""

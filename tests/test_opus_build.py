@@ -254,7 +254,7 @@ def test_python_mirror_equals_the_cpp_registry():
         assert r["i8_stage_keys"] == opus_instances.I8_STAGE_KEYS  # what the i8 path counters count
         assert r["ctas_by_heads"] == [opus_instances.ctas_for_heads(r["ctas_per_sm"], h) for h in r["heads"]]
         assert r["i8_consumers"] == opus_instances.i8_consumers(r["warps"])  # kernels.cu's SmBody
-        assert r["i8_table_setup"] == opus_instances.I8_TABLE_SETUP
+        assert r["i8_table_setup"] == opus_instances.i8_table_setup(r["rows"], r["warps"])
     assert opus_instances.from_registry(rows) == INSTANCES
 
 

@@ -101,20 +101,24 @@ def cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
 def table_unit(units, lo, span, k, nprog, STAGE: tl.constexpr, ROUND: tl.constexpr, SETUP: tl.constexpr):
     """Program k's first unit by the split (STAGE, ROUND, SETUP) (worksplit/rules.py's table_unit),
     from the sequences' units and tiles [lo, lo + span)."""
-    GRAIN: tl.constexpr = STAGE * ROUND
     stride = PIECE_COST + span
-    cost = tl.where(units > 0, units // tl.maximum(stride, 1) * (SETUP + span), 0)
+    groups = tl.where(units > 0, units // tl.maximum(stride, 1), 0)
+    # fewer tiles than a round a program: ends on stages, a later set-up counted as a stage
+    few = (tl.sum(groups * span, axis=0).to(tl.int64) < nprog * (STAGE * ROUND)) & (ROUND > 1)
+    grain = tl.where(few, STAGE, STAGE * ROUND)
+    setup = tl.where(few, min(SETUP, STAGE), SETUP)
+    cost = groups * (setup + span)
     x = (k * tl.sum(cost, axis=0).to(tl.int64)) // nprog
     ccum = tl.cumsum(cost, axis=0) - cost
     ucum = tl.cumsum(units, axis=0) - units
     hit = (ccum <= x) & (x < ccum + cost)  # the one sequence x falls in (none: x is the total)
     off = tl.where(hit, x - ccum, 0).to(tl.int32)
-    j = off // (SETUP + span)
-    o = off - j * (SETUP + span) - SETUP  # tiles into group j (<= 0: inside its set-up)
+    j = off // (setup + span)
+    o = off - j * (setup + span) - setup  # tiles into group j (<= 0: inside its set-up)
     gstart = ucum + j * stride
     origin = lo - lo % STAGE
-    rel = tl.minimum(tl.maximum((lo + o - origin + GRAIN // 2) // GRAIN * GRAIN + origin - lo, 0), span)
-    u = tl.where(o <= 0, gstart + tl.minimum(off - j * (SETUP + span), PIECE_COST), gstart + PIECE_COST + rel)
+    rel = tl.minimum(tl.maximum((lo + o - origin + grain // 2) // grain * grain + origin - lo, 0), span)
+    u = tl.where(o <= 0, gstart + tl.minimum(off - j * (setup + span), PIECE_COST), gstart + PIECE_COST + rel)
     return tl.where(tl.sum(hit.to(tl.int32), axis=0) > 0, tl.sum(tl.where(hit, u, 0), axis=0),
                     tl.sum(units, axis=0))
 

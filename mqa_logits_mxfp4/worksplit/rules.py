@@ -141,11 +141,17 @@ def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, 
     piece's stages in turn gives each of them the same stages of a piece cut on a round, and no
     stage is loaded by two programs; every program sets its first group up whatever the split
     charges, so only a later group's set-up should separate programs (docs/perf-notes.md,
-    thirty-third session). UNIT_SPLIT gives cta_range's ends."""
+    thirty-third session). When the programs average less than a round of tiles (fewer tiles than
+    nprog x stages a round x stage), the ends go on stages and a later set-up counts as a stage:
+    rounding to a round would leave programs idle and give the others two stages a consumer
+    (docs/perf-notes.md, thirty-fourth session). UNIT_SPLIT gives cta_range's ends."""
     stage, rounds, setup = split
-    grain = stage * rounds
     num_seqs = len(qsl) - 1
     seqs = [seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts) for s in range(num_seqs)]
+    tiles = sum(units // stride * (stride - PIECE_COST) for _, _, _, _, stride, units in seqs)
+    if rounds > 1 and tiles < nprog * stage * rounds:
+        rounds, setup = 1, min(setup, stage)
+    grain = stage * rounds
     costs = [units // stride * (setup + stride - PIECE_COST) for _, _, _, _, stride, units in seqs]
     x = k * sum(costs) // nprog
     ccum = ucum = 0

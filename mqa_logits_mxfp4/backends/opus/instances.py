@@ -96,20 +96,16 @@ def parse_i8_stage_keys(text: str) -> int:
     return keys
 
 
-def parse_i8_table_setup(text: str) -> int:
-    """registry.h's OPUS_I8_TABLE_SETUP: the tiles a later row group's set-up counts as in the i8
-    bodies' Table split."""
-    body = _macro_body(text, "OPUS_I8_TABLE_SETUP").strip()
-    try:
-        return int(body, 0)
-    except ValueError:
-        raise RegistryFormatError(f"{REGISTRY_H}: OPUS_I8_TABLE_SETUP is {body!r}; want a number") from None
-
-
 def i8_consumers(warps: int) -> int:
     """Consumer warpgroups of an i8 body of `warps` warps (registry.h's i8_consumers; the host
     check prints it, tests/test_opus_build.py compares)."""
     return 2 if warps == 20 else warps // 4 - 1
+
+
+def i8_table_setup(rows: int, warps: int) -> int:
+    """The tiles a later row group's set-up counts as in an i8 body's Table split; 0: the units' own
+    split (registry.h's i8_table_setup says why; tests/test_opus_build.py compares)."""
+    return 0 if warps != 12 else 8 if rows == 1 else 12
 
 
 def parse_union(text: str) -> tuple[tuple[str, ...], tuple[str, ...], int]:
@@ -136,7 +132,6 @@ REGISTRY = parse_registry(_TEXT)
 PAGE_SIZES = parse_page_sizes(_TEXT)
 ARCHES = parse_arches(_TEXT)
 I8_STAGE_KEYS = parse_i8_stage_keys(_TEXT)
-I8_TABLE_SETUP = parse_i8_table_setup(_TEXT)
 UNION_FAMILIES, UNION_MODES, UNION_MAX_ENTRIES = parse_union(_TEXT)
 
 
@@ -183,12 +178,13 @@ NON_CANONICAL = frozenset({"i8", "i8u", "mxsc", "fp8fold"})
 ROUND_SPLIT_FAMILIES = frozenset({"i8", "i8c"})
 
 
-def table_split(family: str, warps: int, block_n: int) -> tuple[int, int, int] | None:
-    """An instance's Table split: the i8 bodies' (stage tiles, consumers, OPUS_I8_TABLE_SETUP),
-    every other family's the units' own (None)."""
-    if family not in ROUND_SPLIT_FAMILIES:
+def table_split(family: str, rows: int, warps: int, block_n: int) -> tuple[int, int, int] | None:
+    """An instance's Table split: an i8 body's (stage tiles, consumers, i8_table_setup), or the
+    units' own (None) for every other family and the i8 bodies i8_table_setup leaves out."""
+    setup = i8_table_setup(rows, warps)
+    if family not in ROUND_SPLIT_FAMILIES or not setup:
         return None
-    return I8_STAGE_KEYS // block_n, i8_consumers(warps), I8_TABLE_SETUP
+    return I8_STAGE_KEYS // block_n, i8_consumers(warps), setup
 
 
 def make_instance(id_: int, name: str, arch: str, family: str, rows: int, warps: int, block_n: int,
@@ -198,7 +194,7 @@ def make_instance(id_: int, name: str, arch: str, family: str, rows: int, warps:
                     validated_on=validated_on(arch, family), modes=UNION_MODES if family in UNION_FAMILIES else MODES,
                     head_dims=HEAD_DIMS,
                     ctas_per_sm=ctas, extra=(("id", id_),), canonical=family not in NON_CANONICAL,
-                    table_split=table_split(family, warps, block_n))
+                    table_split=table_split(family, rows, warps, block_n))
 
 
 def from_registry(rows: list[dict]) -> tuple[Instance, ...]:

@@ -115,10 +115,6 @@
 // is. The one statement of it: the kernel's I8Shape and the Python side (instances.py
 // I8_STAGE_KEYS, which the tests count stages with) read it here.
 #define OPUS_I8_STAGE_KEYS 256
-// The tiles a later row group's set-up counts as in the Table split of the i8 bodies (families i8
-// and i8c; worksplit/rules.py's table_unit: their split is (stage tiles, consumers, this)); read
-// by instances.py. Set from the H100 harness's CTA ends (docs/perf-notes.md, thirty-third session).
-#define OPUS_I8_TABLE_SETUP 8
 
 // Page sizes every instance serves (keys are gathered one by one through the table).
 #define OPUS_PAGE_SIZES {8, 16, 32, 64, 128}
@@ -137,6 +133,14 @@ namespace opus {
 // body (a producer, two converter and two MMA warpgroups: two consuming pairs); else one producer
 // warpgroup and the rest consume. instances.py repeats it (tests/test_opus_build.py compares).
 constexpr int i8_consumers(int warps) { return warps == 20 ? 2 : warps / 4 - 1; }
+
+// The Table split of an i8 body (families i8 and i8c; worksplit/rules.py's table_unit): 4-tile
+// stages, a stage for each consumer a round, and a later row group's set-up counted as this many
+// tiles: 8 with one row, 12 with more (a longer set-up). Only the two-consumer bodies (12 warps)
+// take it: the three-consumer body ran slower on rounds of 12 tiles and the split body is
+// unmeasured (docs/perf-notes.md, thirty-third and thirty-fourth sessions). 0: the units' own
+// split. instances.py repeats it (tests/test_opus_build.py compares).
+constexpr int i8_table_setup(int rows, int warps) { return warps != 12 ? 0 : rows == 1 ? 8 : 12; }
 
 struct InstanceInfo {
   int id;

@@ -216,7 +216,16 @@ struct TableSplit {
 // Table program k's first unit by `split` (k = nprog: the total), serially: worksplit/rules.py's
 // table_unit, which says why.
 OPUS_HD int table_unit_serial(const SeqView& sv, int rows, int k, int nprog, const TableSplit& split) {
-  const int grain = split.stage * split.rounds, setup = split.setup;
+  int64_t tiles = 0;
+  for (int s = 0; s < sv.num_seqs; ++s) {
+    int qa, qb, end, lo, span;
+    sv.bounds(s, qa, qb, end, lo, span);
+    tiles += int64_t(sv.units(s, rows) / (kPieceCost + span)) * span;
+  }
+  // fewer tiles than a round a program: ends on stages, a later set-up counted as a stage
+  const bool few = split.rounds > 1 && tiles < int64_t(nprog) * split.stage * split.rounds;
+  const int grain = few ? split.stage : split.stage * split.rounds;
+  const int setup = few ? imin(split.setup, split.stage) : split.setup;
   int64_t ctotal = 0;
   for (int s = 0; s < sv.num_seqs; ++s) {
     int qa, qb, end, lo, span;
