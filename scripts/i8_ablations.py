@@ -1017,7 +1017,7 @@ for _cost in (8, 12, 24, 32):
 # (stage tiles, consumers, registry.h's i8_table_setup); the kernel walks units as before).
 # `unitsplit`: the units' own split (the rule before the thirty-fourth session); `tsetupN`: a later
 # set-up counted as N tiles whatever the rows; `tablealign4`: ends on stages (not rounds), a
-# later set-up counted as 4 tiles, whatever the share.
+# later set-up counted as 4 tiles, whatever the share; `fewcharge`: below.
 # The thirty-third session's A/B of these ran as edits of that session's main (docs/perf-notes.md).
 EDITS["unitsplit"] = [("worksplit.h", "  if (split.stage * split.rounds == 1 && split.setup == kPieceCost) {  // the units' own split\n",
                        "  if (true) {  // unitsplit\n")]
@@ -1025,6 +1025,10 @@ for _c in (8, 12):
     EDITS[f"tsetup{_c}"] = [("registry.h", "rows == 1 ? 8 : 12; }", f"{_c}; }}  // tsetup{_c}")]
 EDITS["tablealign4"] = [("worksplit.h", "  const bool few = split.rounds > 1 && tiles < int64_t(nprog) * split.stage * split.rounds;\n",
                          "  const bool few = tiles >= 0;  // tablealign4\n")]
+# below a round a program, a later set-up charged as the body's own (not one stage): what keeps a
+# program from holding the last stage of one group and the first of the next (r4w12 4 x 16 x 4096)
+EDITS["fewcharge"] = [("worksplit.h", "  const int setup = few ? imin(split.setup, split.stage) : split.setup;\n",
+                       "  const int setup = split.setup;  // fewcharge\n")]
 # The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
 # column's -kI8KeyBias * qsum (the value the bias slice sums to), each unit's accumulator is
 # written from it before the wgmma fence (init_acc), and the four k-slices accumulate onto it
