@@ -1025,6 +1025,24 @@ for _c in (8, 12):
     EDITS[f"tsetup{_c}"] = [("registry.h", "rows == 1 ? 8 : 12; }", f"{_c}; }}  // tsetup{_c}")]
 EDITS["tablealign4"] = [("worksplit.h", "  const bool few = split.rounds > 1 && tiles < int64_t(nprog) * split.stage * split.rounds;\n",
                          "  const bool few = tiles >= 0;  // tablealign4\n")]
+# The one-row bodies' query operand converted before the group's verdict (`convahead`): with the
+# query staged (QSTAGE), each thread converts its words as a fast group's right after reading
+# them, shifts from the staged scale words, so the conversion overlaps the verdict's chain (the
+# columns' scales and weights, the warp reductions, the barrier, the row window's read) instead of
+# following it; a group the verdict calls canonical converts again, unshifted. The other bodies
+# as before.
+EDITS["convahead"] = [
+    ("        const uint32_t qs = sm.qscale[n];\n        shift[w] = (int(byte_of(qs, blk)) - min4(qs)) & -int(fast);\n",
+     "        const uint32_t qs = S::QSTAGE ? sm.qst.qs[n] : sm.qscale[n];  // convahead: the staged scales\n"
+     "        shift[w] = (int(byte_of(qs, blk)) - min4(qs)) & -int(fast);\n"),
+    ("    load_operand(words);\n",
+     "    load_operand(words);\n"
+     "    if constexpr (S::QSTAGE) setup_operand<false>(true, words);  // convahead: as a fast group, before the verdict\n"),
+    ("    if (ROLL_SETUP && args.mode != kModePrefill)\n      setup_operand<ROLL_SETUP>(fast, words);\n",
+     "    if constexpr (S::QSTAGE) {\n"
+     "      if (!fast) setup_operand<false>(false, words);  // convahead: a canonical group again, unshifted\n"
+     "    } else if (ROLL_SETUP && args.mode != kModePrefill)\n      setup_operand<ROLL_SETUP>(fast, words);\n"),
+]
 # below a round a program, a later set-up charged as the body's own (not one stage): what keeps a
 # program from holding the last stage of one group and the first of the next (r4w12 4 x 16 x 4096)
 EDITS["fewcharge"] = [("worksplit.h", "  const int setup = few ? imin(split.setup, split.stage) : split.setup;\n",
