@@ -216,23 +216,19 @@ struct TableSplit {
 // Table program k's first unit by `split` (k = nprog: the total), serially: worksplit/rules.py's
 // table_unit, which says why.
 OPUS_HD int table_unit_serial(const SeqView& sv, int rows, int k, int nprog, const TableSplit& split) {
-  int64_t tiles = 0;
+  int64_t groups = 0, tiles = 0;
   for (int s = 0; s < sv.num_seqs; ++s) {
     int qa, qb, end, lo, span;
     sv.bounds(s, qa, qb, end, lo, span);
-    tiles += int64_t(sv.units(s, rows) / (kPieceCost + span)) * span;
+    const int g = sv.units(s, rows) / (kPieceCost + span);
+    groups += g;
+    tiles += int64_t(g) * span;
   }
   // fewer tiles than a round a program: ends on stages, a later set-up counted as a stage
   const bool few = split.rounds > 1 && tiles < int64_t(nprog) * split.stage * split.rounds;
   const int grain = few ? split.stage : split.stage * split.rounds;
   const int setup = few ? imin(split.setup, split.stage) : split.setup;
-  int64_t ctotal = 0;
-  for (int s = 0; s < sv.num_seqs; ++s) {
-    int qa, qb, end, lo, span;
-    sv.bounds(s, qa, qb, end, lo, span);
-    ctotal += int64_t(sv.units(s, rows) / (kPieceCost + span)) * (setup + span);
-  }
-  const int64_t x = k * ctotal / nprog;
+  const int64_t x = k * (groups * setup + tiles) / nprog;  // the cost: each group's set-up, then its tiles
   int64_t ccum = 0, ucum = 0;
   for (int s = 0; s < sv.num_seqs; ++s) {
     int qa, qb, end, lo, span;
