@@ -98,19 +98,10 @@ def cta_range(qsl_ptr, re_ptr, rs_ptr, num_seqs, num_rows, seq_cap, pid, nprog,
 
 
 @triton.jit
-def table_unit(units, lo, span, k, nprog, STAGE: tl.constexpr, ROUND: tl.constexpr, SETUP: tl.constexpr):
-    """Program k's first unit by the split (STAGE, ROUND, SETUP) (worksplit/rules.py's table_unit),
-    from the sequences' units and tiles [lo, lo + span)."""
+def table_point(x, ccum, cost, ucum, units, lo, span, setup, grain, STAGE: tl.constexpr):
+    """The unit at cost point x of a Table split (table_units' sums: each sequence's cost, the
+    costs and units before it)."""
     stride = PIECE_COST + span
-    groups = tl.where(units > 0, units // tl.maximum(stride, 1), 0)
-    # fewer tiles than a round a program: ends on stages, a later set-up counted as a stage
-    few = (tl.sum(groups * span, axis=0).to(tl.int64) < nprog * (STAGE * ROUND)) & (ROUND > 1)
-    grain = tl.where(few, STAGE, STAGE * ROUND)
-    setup = tl.where(few, min(SETUP, STAGE), SETUP)
-    cost = groups * (setup + span)
-    x = (k * tl.sum(cost, axis=0).to(tl.int64)) // nprog
-    ccum = tl.cumsum(cost, axis=0) - cost
-    ucum = tl.cumsum(units, axis=0) - units
     hit = (ccum <= x) & (x < ccum + cost)  # the one sequence x falls in (none: x is the total)
     off = tl.where(hit, x - ccum, 0).to(tl.int32)
     j = off // (setup + span)
@@ -121,6 +112,25 @@ def table_unit(units, lo, span, k, nprog, STAGE: tl.constexpr, ROUND: tl.constex
     u = tl.where(o <= 0, gstart + tl.minimum(off - j * (setup + span), PIECE_COST), gstart + PIECE_COST + rel)
     return tl.where(tl.sum(hit.to(tl.int32), axis=0) > 0, tl.sum(tl.where(hit, u, 0), axis=0),
                     tl.sum(units, axis=0))
+
+
+@triton.jit
+def table_units(units, lo, span, k, nprog, STAGE: tl.constexpr, ROUND: tl.constexpr, SETUP: tl.constexpr):
+    """Program k's first and last units by the split (STAGE, ROUND, SETUP) (worksplit/rules.py's
+    table_unit at k and k + 1), from the sequences' units and tiles [lo, lo + span); the sums
+    the two ends share are computed once."""
+    groups = tl.where(units > 0, units // tl.maximum(PIECE_COST + span, 1), 0)
+    # fewer tiles than a round a program: ends on stages, a later set-up counted as a stage
+    few = (tl.sum(groups * span, axis=0).to(tl.int64) < nprog * (STAGE * ROUND)) & (ROUND > 1)
+    grain = tl.where(few, STAGE, STAGE * ROUND)
+    setup = tl.where(few, min(SETUP, STAGE), SETUP)
+    cost = groups * (setup + span)
+    total = tl.sum(cost, axis=0).to(tl.int64)
+    ccum = tl.cumsum(cost, axis=0) - cost
+    ucum = tl.cumsum(units, axis=0) - units
+    first = table_point((k * total) // nprog, ccum, cost, ucum, units, lo, span, setup, grain, STAGE)
+    last = table_point(((k + 1) * total) // nprog, ccum, cost, ucum, units, lo, span, setup, grain, STAGE)
+    return first, last
 
 
 @triton.jit(do_not_specialize=["num_seqs", "num_rows", "seq_cap"])
@@ -137,8 +147,7 @@ def build_schedule_kernel(qsl_ptr, re_ptr, rs_ptr, sched_ptr, num_seqs, num_rows
     if STAGE * ROUND == 1 and SETUP == PIECE_COST:  # the units' own split
         u_begin, u_end, b, base = split_units(units, pid, tl.num_programs(0))
     else:
-        u_begin = table_unit(units, lo, span, pid, tl.num_programs(0), STAGE, ROUND, SETUP)
-        u_end = table_unit(units, lo, span, pid + 1, tl.num_programs(0), STAGE, ROUND, SETUP)
+        u_begin, u_end = table_units(units, lo, span, pid, tl.num_programs(0), STAGE, ROUND, SETUP)
         b, base = first_seq(units, u_begin)
     first = (seqs == b) & (seqs < num_seqs)  # sequence b's bounds (none past the sequences)
     rec = sched_ptr + pid * RECORD_INTS
