@@ -2,8 +2,9 @@
 
     python tests/opus_compile_check.py [sm90] [gfx942] [gfx950] [bindings] [--json FILE]
 
-- sm90: nvcc (CUDA_HOME or PATH) for sm_90 with `-Xptxas -v`: registers, spills, stack frame
-  of every kernel; SASS through cuobjdump (the triton wheel ships one) for the MMA it runs.
+- sm90: nvcc (CUDA_HOME or PATH) for sm_90 with `-Xptxas -v`, shard by shard as the op's build
+  compiles kernels.cu: registers, spills, stack frame of every kernel and the shard it came
+  from; SASS through cuobjdump (the triton wheel ships one) for the MMA it runs.
 - gfx942, gfx950: Debian's clang-22 with the HIP 7 headers and ocml/ockl bitcode of the triton
   wheel plus generated oclc_* control bitcode (docs/opus-backend.md), device code to ISA with
   -DOPUS_GFX=942 / 950 (the body jit.py builds for that device): VGPRs, AGPRs, SGPRs, spills,
@@ -127,40 +128,46 @@ GFX_MFMA = {"gfx942": "v_mfma_f32_16x16x16_f16", "gfx950": "v_mfma_scale_f32_32x
 FAMILY_CODE = {0: "f16", 1: "fp8", 2: "fold"}
 
 
+def cuda_shards() -> int:
+    """The shards the op's CUDA build compiles kernels.cu as (jit.py's CUDA_SHARDS)."""
+    sys.path.insert(0, str(ROOT))
+    from mqa_logits_mxfp4.backends.opus.jit import CUDA_SHARDS
+    return CUDA_SHARDS
+
+
 def compile_sm90(work: Path) -> dict:
+    """kernels.cu for sm_90 as the op's build compiles it, shard by shard (-DOPUS_SHARD, one after
+    another): every kernel's ptxas facts and SASS, and the shards each kernel name came from."""
     nvcc = find_nvcc()
     if nvcc is None:
         return {"skipped": "nvcc not found (CUDA_HOME / PATH)"}
-    obj = work / "kernels_sm90.o"
+    shards = cuda_shards()
     start = time.perf_counter()
-    p = subprocess.run([nvcc, *NVCC_FLAGS, "-c", str(KERNELS), "-o", str(obj)], capture_output=True, text=True)
-    rec = {"seconds": round(time.perf_counter() - start, 1), "returncode": p.returncode, "stderr": p.stderr[-6000:],
-           "nvcc": subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]}
-    if p.returncode:
+    rec = {"nvcc": subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1],
+           "returncode": 0, "stderr": "", "shards": shards}
+    kernels, objs, seen = {}, [], {}
+    for shard in range(shards):
+        obj = work / f"kernels_sm90_{shard}.o"
+        p = subprocess.run([nvcc, *NVCC_FLAGS, f"-DOPUS_SHARDS={shards}", f"-DOPUS_SHARD={shard}", "-c",
+                            str(KERNELS), "-o", str(obj)], capture_output=True, text=True)
+        rec["returncode"] = p.returncode
+        if p.returncode or "error" in p.stderr.lower():
+            rec["stderr"] = p.stderr[-6000:]
+        if p.returncode:
+            break
+        objs.append(obj)
+        _sm90_ptxas(p.stderr, shard, kernels, rec, seen)
+    rec["seconds"] = round(time.perf_counter() - start, 1)
+    # a kernel compiled by more than one shard (the union pre-pass, internal to each, is left out)
+    rec["in_several_shards"] = sorted(name for name, where in seen.items() if len(where) > 1)
+    if rec["returncode"]:
         return rec
-    kernels = {}
-    for m in re.finditer(r"Compiling entry function '(\S+)' for 'sm_90a'\n(?:ptxas info\s+: Function properties for \S+\n)?"
-                         r"\s+(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads\n"
-                         r"ptxas info\s+: Used (\d+) registers", p.stderr):
-        a, i8 = _SM90_ARGS.search(m.group(1)), _SM90_I8_ARGS.search(m.group(1))
-        if "mqa_union_prepass" in m.group(1):  # the union bodies' pre-pass: not an instance of its own
-            rec["prepass"] = dict(registers=int(m.group(5)), stack=int(m.group(2)), spill_stores=int(m.group(3)))
-            continue
-        if a:
-            fam, rows, heads, warps, ctas = (int(x) for x in a.groups())
-            family = FAMILY_CODE[fam]
-        else:  # the wgmma body: one producer warpgroup and CONS consumer warpgroups (+ CONS converters), one CTA an SM
-            rows, heads, cons, split, union, canon = (int(x) for x in i8.groups())
-            family = ("i8uc" if canon else "i8u") if union else "i8c" if canon else "i8"
-            warps, ctas = 4 * (1 + cons * (1 + split)), 1
-        kernels[m.group(1)] = dict(family=family, rows=rows, heads=heads, warps=warps, ctas=ctas,
-                                   registers=int(m.group(5)), stack=int(m.group(2)), spill_stores=int(m.group(3)),
-                                   spill_loads=int(m.group(4)))
     cuobjdump = find_cuobjdump()
     if cuobjdump is None:
         rec["sass"] = "cuobjdump not found"
     else:
-        sass = subprocess.run([cuobjdump, "-sass", str(obj)], capture_output=True, text=True).stdout
+        sass = "".join(subprocess.run([cuobjdump, "-sass", str(obj)], capture_output=True, text=True).stdout
+                       for obj in objs)
         for block in sass.split("Function : ")[1:]:
             name = block.split()[0]
             if name in kernels:
@@ -177,6 +184,28 @@ def compile_sm90(work: Path) -> dict:
                 kernels[name]["producer_loop_local"] = _local_in_loops(block, ("LDGSTS",))
     rec["kernels"] = kernels
     return rec
+
+
+def _sm90_ptxas(stderr: str, shard: int, kernels: dict, rec: dict, seen: dict) -> None:
+    """The kernels ptxas -v reported for one shard, into `kernels` (`seen`: name -> its shards)."""
+    for m in re.finditer(r"Compiling entry function '(\S+)' for 'sm_90a'\n(?:ptxas info\s+: Function properties for \S+\n)?"
+                         r"\s+(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads\n"
+                         r"ptxas info\s+: Used (\d+) registers", stderr):
+        a, i8 = _SM90_ARGS.search(m.group(1)), _SM90_I8_ARGS.search(m.group(1))
+        if "mqa_union_prepass" in m.group(1):  # the union bodies' pre-pass: not an instance of its own
+            rec["prepass"] = dict(registers=int(m.group(5)), stack=int(m.group(2)), spill_stores=int(m.group(3)))
+            continue
+        seen.setdefault(m.group(1), []).append(shard)
+        if a:
+            fam, rows, heads, warps, ctas = (int(x) for x in a.groups())
+            family = FAMILY_CODE[fam]
+        else:  # the wgmma body: one producer warpgroup and CONS consumer warpgroups (+ CONS converters), one CTA an SM
+            rows, heads, cons, split, union, canon = (int(x) for x in i8.groups())
+            family = ("i8uc" if canon else "i8u") if union else "i8c" if canon else "i8"
+            warps, ctas = 4 * (1 + cons * (1 + split)), 1
+        kernels[m.group(1)] = dict(family=family, rows=rows, heads=heads, warps=warps, ctas=ctas, shard=shard,
+                                   registers=int(m.group(5)), stack=int(m.group(2)), spill_stores=int(m.group(3)),
+                                   spill_loads=int(m.group(4)))
 
 
 def _local_in_loops(block: str, marks: tuple[str, ...]) -> int:

@@ -621,6 +621,8 @@ def test_sm90_kernels_compile_without_spills_on_their_mma():
     assert rec["returncode"] == 0 and "error" not in rec["stderr"].lower(), rec["stderr"]
     kernels = rec["kernels"].values()
     assert {(k["family"], k["rows"], k["heads"], k["warps"], k["ctas"]) for k in kernels} == expected_kernels("sm_90")
+    # the op's build: each kernel in one shard of kernels.cu, every shard with some (kernels.cu's in_this_shard)
+    assert rec["in_several_shards"] == [] and {k["shard"] for k in kernels} == set(range(rec["shards"]))
     for k in kernels:
         what = f"{k['family']} r{k['rows']} H{k['heads']} w{k['warps']}"
         assert k["registers"] * k["warps"] * 32 * k["ctas"] <= 65536, f"{what}: launch bounds not met"

@@ -37,6 +37,10 @@ from ...core.errors import CaptureError
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("bindings.cpp", "launch.cpp", "kernels.cu")   # compiled; the headers are hashed too
+# A CUDA build compiles kernels.cu as this many shards side by side (its header says how): ninja
+# runs them on every core, where one translation unit kept nvcc on one core for minutes. The SASS
+# of every kernel is the same either way (docs/opus-backend.md, "Build and cache").
+CUDA_SHARDS = 16
 CUDA_TARGET = "sm_90"
 HIP_TARGETS = ("gfx942", "gfx950")   # csrc/ has a body for each; a HIP build targets the visible one
 # Module attribute, documented in docs/opus-backend.md: False forbids building (loading a cached
@@ -97,8 +101,23 @@ def flags(plat: str) -> dict[str, list[str]]:
         tgt = target(plat)
         cuda = ["-O3", "-ffp-contract=off"] + ([f"--offload-arch={tgt}", f"-DOPUS_GFX={tgt[3:]}"] if tgt else [])
     else:
-        cuda = ["-O3", "--fmad=false", "-gencode=arch=compute_90a,code=sm_90a"]
+        # ptxas compiles each shard's kernels on several threads (the same SASS)
+        cuda = ["-O3", "--fmad=false", "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "--split-compile=0",
+                f"-DOPUS_SHARDS={CUDA_SHARDS}"]
     return {"extra_cflags": ["-O3"], "extra_cuda_cflags": cuda}
+
+
+def shard_sources(plat: str, src: Path) -> list[Path]:
+    """kernels.cu's shards 1 .. CUDA_SHARDS - 1 as one-line files beside it in the build's
+    snapshot `src` (kernels.cu itself is shard 0); none for HIP, which builds one unit."""
+    if plat == "hip":
+        return []
+    out = []
+    for k in range(1, CUDA_SHARDS):
+        path = src / f"kernels_shard{k}.cu"
+        path.write_text(f'#define OPUS_SHARD {k}\n#include "kernels.cu"\n')
+        out.append(path)
+    return out
 
 
 @functools.cache
@@ -204,7 +223,8 @@ def _build(plat: str, key: str, final: Path, verbose: bool):
         shutil.copytree(CSRC, src)  # a snapshot of what was hashed; hipify writes beside it
         name = module_name(key)
         try:
-            module = cpp_extension.load(name=name, sources=[str(src / s) for s in SOURCES],
+            sources = [src / s for s in SOURCES] + shard_sources(plat, src)
+            module = cpp_extension.load(name=name, sources=[str(s) for s in sources],
                                         build_directory=str(work), verbose=verbose, with_cuda=True,
                                         **flags(plat))
         except Exception as e:  # the compiler's output is in the exception text

@@ -84,10 +84,10 @@ constexpr uint32_t kI8SmemBase = 0x400;
 
 // Scale words for keys nothing may be read for: a dead key (past the group's rows: finite,
 // never stored) and a key whose table entry lies outside the cache (NaN cells).
-__device__ uint32_t kI8SpecialScales[2] = {0x7F7F7F7Fu, 0xFFFFFFFFu};  // global memory: cp.async reads it
+static __device__ uint32_t kI8SpecialScales[2] = {0x7F7F7F7Fu, 0xFFFFFFFFu};  // global memory: cp.async reads it
 // All ones, read from global memory once a consumer thread: i8_key_word's multiplier (a constant
 // ptxas could see would turn its multiply-adds back into ALU instructions).
-__device__ uint32_t kI8Ones = 0xFFFFFFFFu;
+static __device__ uint32_t kI8Ones = 0xFFFFFFFFu;
 
 // SPLIT: each consumer warpgroup's work in two warpgroups -- a converter that votes and turns
 // the fast stages' key bytes into an INT8 tile in shared memory, and a consumer (the MMA

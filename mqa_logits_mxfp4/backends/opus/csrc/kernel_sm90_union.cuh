@@ -117,7 +117,7 @@ OPUS_DEV void union_segment(const LaunchArgs& a, const SeqView& sv, int g, int* 
 // The union is numbered in the order of the entries' first listings (row-major), a repeated
 // listing by one row after every first one in the same order: the same union, in the same order,
 // at every call (the body's stage votes, and so its bits, follow the order).
-__global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchArgs a) {
+static __global__ void __launch_bounds__(kUnionThreads) mqa_union_prepass(const LaunchArgs a) {
   extern __shared__ __align__(16) unsigned char union_smem[];
   unsigned long long* slot = reinterpret_cast<unsigned long long*>(union_smem);
   __shared__ int warp_sum[kUnionThreads / 32];

@@ -5,12 +5,26 @@
 // HIP builds name their target with -DOPUS_GFX=942 or 950 (jit.py: the visible device's arch):
 // the host pass of a HIP compile does not see the device's __gfx9xx__ macros, and it has to know
 // which kernels the launcher may route to.
+//
+// Shards: the op's CUDA build compiles this file OPUS_SHARDS times, as shard 0 and through
+// jit.py's one-line files as shards 1 .. OPUS_SHARDS - 1 (-DOPUS_SHARD), so that nvcc's long
+// passes run side by side; each shard instantiates every OPUS_SHARDS-th kernel (registry entry,
+// heads) in registry order, and shard 0 also holds the host entry points, which ask each shard in
+// turn. Without -DOPUS_SHARDS (HIP, the harness, the compile checks) this file is the whole body.
 #include "kernels.h"
 
 #include <atomic>
 #include <climits>
 #include "port.h"
 #include "registry.h"
+
+#ifndef OPUS_SHARDS
+#define OPUS_SHARDS 1
+#endif
+#ifndef OPUS_SHARD
+#define OPUS_SHARD 0
+#endif
+static_assert(OPUS_SHARDS >= 1 && OPUS_SHARD >= 0 && OPUS_SHARD < OPUS_SHARDS, "a shard of the kernel translation unit");
 
 #if OPUS_HIP
 #pragma clang fp contract(off)
@@ -45,9 +59,17 @@
 #endif
 
 namespace opus {
+
+// The last runtime error of the calling thread's launches (launch_error()): one for all shards.
+extern thread_local opus_error_t last_error;
+#if OPUS_SHARD == 0
+thread_local opus_error_t last_error = opus_success;
+#endif
+
 namespace {
 
-thread_local opus_error_t last_error = opus_success;
+// A shard's answer for an instance whose kernel for the call's heads another shard compiled.
+constexpr int kInAnotherShard = -1;
 
 // The body's FAMILY template argument, in the codes of this build's body. Registry rows of other
 // arches expand to nothing (OPUS_ON_<arch>), so their families need no code here.
@@ -67,6 +89,25 @@ thread_local opus_error_t last_error = opus_success;
 #define OPUS_FAMILY_i8c sm90::kI8C
 #define OPUS_FAMILY_i8uc sm90::kI8UC
 #endif
+
+// Whether this shard compiles the kernel of registry entry `id` at `heads` heads: the kernels of
+// this build's target are numbered in registry order (each entry's heads from 16 up), and shard k
+// takes every OPUS_SHARDS-th from k, so the heavy families spread over the shards.
+constexpr bool in_this_shard(int id, int heads) {
+  constexpr int entries[][2] = {
+#define OPUS_ENTRY(id, name, arch, family, rows, warps, keys, stages, ctas, heads) OPUS_ON_##arch({id, heads},)
+      OPUS_INSTANCES(OPUS_ENTRY)
+#undef OPUS_ENTRY
+      {-1, 0}};
+  int index = 0;
+  for (const auto& e : entries)
+    for (int h = 0; h < 4; ++h)
+      if ((e[1] >> h) & 1) {
+        if (e[0] == id && (16 << h) == heads) return index % OPUS_SHARDS == OPUS_SHARD;
+        ++index;
+      }
+  return false;
+}
 
 #if !OPUS_HIP
 // The sm_90 kernel of a family and its shared memory: the mma.sync bodies (kernel_sm90.cuh), or
@@ -162,20 +203,52 @@ int launch_one(const LaunchArgs& args, opus_stream_t stream) {
   return last_error == opus_success ? kLaunched : kLaunchFailed;
 }
 
-template <int FAMILY, int R, int WARPS, int CTAS, unsigned HEADS>
+// Registry entry ID's kernel for H heads, where this shard compiles it.
+template <int ID, int FAMILY, int R, int H, int WARPS, int CTAS>
+int launch_heads(const LaunchArgs& args, opus_stream_t stream) {
+  if constexpr (in_this_shard(ID, H))
+    return launch_one<FAMILY, R, H, WARPS, ctas_for_heads(CTAS, H)>(args, stream);
+  else
+    return kInAnotherShard;
+}
+
+template <int ID, int FAMILY, int R, int WARPS, int CTAS, unsigned HEADS>
 int launch_rows(const LaunchArgs& args, opus_stream_t stream) {
   switch (args.heads) {
-    case 16: if constexpr ((HEADS & 1u) != 0) return launch_one<FAMILY, R, 16, WARPS, ctas_for_heads(CTAS, 16)>(args, stream); break;
-    case 32: if constexpr ((HEADS & 2u) != 0) return launch_one<FAMILY, R, 32, WARPS, ctas_for_heads(CTAS, 32)>(args, stream); break;
-    case 64: if constexpr ((HEADS & 4u) != 0) return launch_one<FAMILY, R, 64, WARPS, ctas_for_heads(CTAS, 64)>(args, stream); break;
-    case 128: if constexpr ((HEADS & 8u) != 0) return launch_one<FAMILY, R, 128, WARPS, ctas_for_heads(CTAS, 128)>(args, stream); break;
+    case 16: if constexpr ((HEADS & 1u) != 0) return launch_heads<ID, FAMILY, R, 16, WARPS, CTAS>(args, stream); break;
+    case 32: if constexpr ((HEADS & 2u) != 0) return launch_heads<ID, FAMILY, R, 32, WARPS, CTAS>(args, stream); break;
+    case 64: if constexpr ((HEADS & 4u) != 0) return launch_heads<ID, FAMILY, R, 64, WARPS, CTAS>(args, stream); break;
+    case 128: if constexpr ((HEADS & 8u) != 0) return launch_heads<ID, FAMILY, R, 128, WARPS, CTAS>(args, stream); break;
     default: break;
   }
   return kHeadsNotServed;
 }
 
+// This shard's launch of instance `id` (kInAnotherShard: another shard has the call's kernel).
+int launch_in_shard(int id, const LaunchArgs& args, opus_stream_t s) {
+  switch (id) {
+#define OPUS_CASE(id, name, arch, family, rows, warps, keys, stages, ctas, heads) \
+    OPUS_ON_##arch(case id: return launch_rows<id, OPUS_FAMILY_##family, rows, warps, ctas, heads>(args, s);)
+    OPUS_INSTANCES(OPUS_CASE)
+#undef OPUS_CASE
+    default: break;
+  }
+  return kNotInThisBuild;
+}
+
 }  // namespace
 
+// Every shard's launch_in_shard, each set by its shard as the library loads (before any call).
+using ShardLaunch = int (*)(int, const LaunchArgs&, opus_stream_t);
+extern ShardLaunch shard_launch[OPUS_SHARDS];
+#if OPUS_SHARD == 0
+ShardLaunch shard_launch[OPUS_SHARDS];
+#endif
+namespace {
+[[maybe_unused]] const bool shard_registered = (shard_launch[OPUS_SHARD] = launch_in_shard, true);
+}  // namespace
+
+#if OPUS_SHARD == 0
 const char* build_target() { return OPUS_BUILD_TARGET; }
 
 const char* launch_error() { return opus_error_string(last_error); }
@@ -183,14 +256,11 @@ const char* launch_error() { return opus_error_string(last_error); }
 namespace {
 
 int launch_by_id(int id, const LaunchArgs& args, opus_stream_t s) {
-  switch (id) {
-#define OPUS_CASE(id, name, arch, family, rows, warps, keys, stages, ctas, heads) \
-    OPUS_ON_##arch(case id: return launch_rows<OPUS_FAMILY_##family, rows, warps, ctas, heads>(args, s);)
-    OPUS_INSTANCES(OPUS_CASE)
-#undef OPUS_CASE
-    default: break;
+  for (ShardLaunch launch : shard_launch) {
+    const int status = launch != nullptr ? launch(id, args, s) : kInAnotherShard;
+    if (status != kInAnotherShard) return status;
   }
-  return kNotInThisBuild;
+  return kNotInThisBuild;  // a shard missing from the link: not its kernels
 }
 
 }  // namespace
@@ -264,5 +334,7 @@ int launch_function(uint64_t function, const unsigned* grid, unsigned threads, u
   });
 #endif
 }
+
+#endif  // OPUS_SHARD == 0
 
 }  // namespace opus
