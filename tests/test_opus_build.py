@@ -494,6 +494,19 @@ def test_cache_key_hashes_sources_and_flags(monkeypatch, tmp_path):
     jit.cache_key.cache_clear()
 
 
+def test_cuda_build_compiles_kernels_cu_as_its_shards(tmp_path):
+    """A CUDA build's sources: kernels.cu (shard 0) and one file for each other shard, each naming
+    its shard before including kernels.cu, all under -DOPUS_SHARDS (the compile check above
+    compiles the shards these name); a HIP build compiles kernels.cu alone."""
+    files = jit.shard_sources("cuda", tmp_path)
+    assert [f.name for f in files] == [f"kernels_shard{k}.cu" for k in range(1, jit.CUDA_SHARDS)]
+    for k, f in enumerate(files, start=1):
+        assert f.read_text() == f'#define OPUS_SHARD {k}\n#include "kernels.cu"\n'
+    assert f"-DOPUS_SHARDS={jit.CUDA_SHARDS}" in jit.flags("cuda")["extra_cuda_cflags"]
+    assert jit.shard_sources("hip", tmp_path / "hip") == []
+    assert not [f for f in jit.flags("hip")["extra_cuda_cflags"] if "OPUS_SHARD" in f]
+
+
 @pytest.mark.parametrize("gcn, want", [("gfx942:sramecc+:xnack-", "gfx942"), ("gfx950", "gfx950"),
                                         ("gfx90a:sramecc+:xnack-", None)])
 def test_hip_build_targets_the_visible_device(monkeypatch, gcn, want):
