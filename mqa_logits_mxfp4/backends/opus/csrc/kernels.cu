@@ -10,7 +10,7 @@
 // jit.py's one-line files as shards 1 .. OPUS_SHARDS - 1 (-DOPUS_SHARD), so that nvcc's long
 // passes run side by side; each shard instantiates every OPUS_SHARDS-th kernel (registry entry,
 // heads) in registry order, and shard 0 also holds the host entry points, which ask each shard in
-// turn. Without -DOPUS_SHARDS (HIP, the harness, the compile checks) this file is the whole body.
+// turn. Without -DOPUS_SHARDS (HIP builds, the harness) this file is the whole body in one unit.
 #include "kernels.h"
 
 #include <atomic>
