@@ -13,7 +13,7 @@ from ..core.instance import Instance, Reason, ok_if
 from ..core.modes import is_decode
 from ..core.problem import ProblemKey
 from ..worksplit.records import build_records
-from ..worksplit.rules import UNIT_SPLIT
+from ..worksplit.rules import instance_split
 
 if TYPE_CHECKING:
     import torch
@@ -85,7 +85,7 @@ class BackendBase(abc.ABC):
         inst = self._instance(cfg.instance)
         build_records(query_start_loc, row_ends, records, programs=cfg.table_grid, rows=inst.rows,
                       block_n=inst.block_n, max_seqs=cfg.max_seqs, max_seq_len=cfg.max_seq_len,
-                      row_starts=row_starts, split=inst.table_split or UNIT_SPLIT)
+                      row_starts=row_starts, split=instance_split(inst))
 
     offers_launcher = False  # no hot path: the op caches this None once
 

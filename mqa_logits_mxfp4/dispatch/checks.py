@@ -9,7 +9,7 @@ from ..core.errors import InputError, ScheduleError
 from ..core.outputs import OUT_DTYPES
 from ..core.records import RECORD_FIELDS
 from ..formats import as_uint8
-from ..worksplit.rules import UNIT_SPLIT, schedule_records, seq_lanes
+from ..worksplit.rules import instance_split, schedule_records, seq_lanes
 from . import registry
 
 
@@ -261,7 +261,7 @@ def _check_records(cfg, query_start_loc, row_ends, records, row_starts=None) -> 
     inst = next(i for i in registry.get(cfg.backend).instances() if i.name == cfg.instance)
     want = schedule_records(query_start_loc.tolist(), row_ends.tolist(), cfg.table_grid, inst.rows,
                             inst.block_n, seq_lanes(cfg.max_seqs), cfg.max_seq_len,
-                            None if row_starts is None else row_starts.tolist(), inst.table_split or UNIT_SPLIT)
+                            None if row_starts is None else row_starts.tolist(), instance_split(inst))
     got = records[:cfg.table_grid].tolist()
     for p, (g, w) in enumerate(zip(got, want)):
         if g != w:

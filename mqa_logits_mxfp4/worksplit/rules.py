@@ -100,25 +100,29 @@ def cta_range(qsl: Sequence[int], row_ends: Sequence[int], pid: int, nprog: int,
     num_seqs hold zero units, and when there is no work at all they count into b (harmless,
     since u_begin == u_end then; kept so that records match the Triton kernel's bit for bit).
     """
-    num_seqs = len(qsl) - 1
-    total = sum(seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts)[5] for s in range(num_seqs))
+    units = lane_units(qsl, row_ends, rows, block_n, lanes, cap, row_starts)
+    total = sum(units)
     u_begin = pid * total // nprog
     u_end = (pid + 1) * total // nprog
-    return (u_begin, u_end, *first_seq(qsl, row_ends, u_begin, rows, block_n, lanes, cap, row_starts))
+    return (u_begin, u_end, *first_seq(units, u_begin))
 
 
-def first_seq(qsl: Sequence[int], row_ends: Sequence[int], u: int, rows: int, block_n: int, lanes: int,
-              cap: int = NO_CAP, row_starts: Sequence[int] | None = None) -> tuple[int, int]:
-    """(b, units before b): the sequence holding unit u, counted over `lanes` lanes as the
-    kernels count it (cta_range's note on lanes)."""
+def lane_units(qsl: Sequence[int], row_ends: Sequence[int], rows: int, block_n: int, lanes: int,
+               cap: int = NO_CAP, row_starts: Sequence[int] | None = None) -> list[int]:
+    """Each lane's units as the kernels reduce them: the sequences', then zeros to `lanes`."""
     num_seqs = len(qsl) - 1
+    return [seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts)[5] if s < num_seqs else 0
+            for s in range(lanes)]
+
+
+def first_seq(units: Sequence[int], u: int) -> tuple[int, int]:
+    """(b, units before b): the lane holding unit u, from lane_units (cta_range's note on lanes)."""
     b = base = cum = 0
-    for s in range(lanes):  # cum is non-decreasing, so `before` holds on a prefix of the lanes
-        units = seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts)[5] if s < num_seqs else 0
-        cum += units
+    for n in units:  # cum is non-decreasing, so `before` holds on a prefix of the lanes
+        cum += n
         if cum <= u:
             b += 1
-            base += units
+            base += n
     return b, base
 
 
@@ -126,6 +130,11 @@ def first_seq(qsl: Sequence[int], row_ends: Sequence[int], u: int, rows: int, bl
 # later group's set-up counts as). UNIT_SPLIT, every instance's unless it says otherwise, is the
 # units' own: program p's range is [p * total // G, (p + 1) * total // G), as cta_range.
 UNIT_SPLIT = (1, 1, PIECE_COST)
+
+
+def instance_split(inst) -> tuple[int, int, int]:
+    """The Table split of an Instance: its own (table_split), else the units' own."""
+    return inst.table_split or UNIT_SPLIT
 
 
 def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, rows: int, block_n: int,
@@ -188,7 +197,7 @@ def schedule_records(qsl: Sequence[int], row_ends: Sequence[int], nprog: int, ro
         else:
             u_begin, u_end = (table_unit(qsl, row_ends, k, nprog, rows, block_n, split, cap, row_starts)
                               for k in (p, p + 1))
-            b, base = first_seq(qsl, row_ends, u_begin, rows, block_n, lanes, cap, row_starts)
+            b, base = first_seq(lane_units(qsl, row_ends, rows, block_n, lanes, cap, row_starts), u_begin)
         first = [0, 0, 0, 0]
         if b < num_seqs:
             qa, qb, _, lo, stride, _ = seq_units(qsl, row_ends, b, rows, block_n, cap, row_starts)

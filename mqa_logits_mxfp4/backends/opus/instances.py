@@ -148,7 +148,7 @@ def i8_stages(cfg, inst: Instance, mode: str, query_start_loc, row_ends) -> int:
         pieces = [pc for g in range(groups) for part in range(parts)
                   for pc in worksplit.prefill_work(qsl, ends, g, part, rows, block_n, parts, cap)]
     else:  # Table: the records (their ends by the instance's split); Free: the kernel's own range scan
-        split = (inst.table_split or worksplit.UNIT_SPLIT) if mode == "table" else worksplit.UNIT_SPLIT
+        split = worksplit.instance_split(inst) if mode == "table" else worksplit.UNIT_SPLIT
         recs = worksplit.schedule_records(qsl, ends, cfg.table_grid, rows, block_n, worksplit.seq_lanes(cfg.max_seqs),
                                           cap, split=split)
         pieces = [pc for rec in recs for pc in worksplit.free_work(qsl, ends, *rec[:4], rows, block_n, cap)]
