@@ -190,6 +190,7 @@ def schedule_records(qsl: Sequence[int], row_ends: Sequence[int], nprog: int, ro
     sequences); the ends by `split` (table_unit)."""
     assert len(RECORD_FIELDS) == RECORD_INTS
     num_seqs = len(qsl) - 1
+    units = lane_units(qsl, row_ends, rows, block_n, lanes, cap, row_starts)
     records = []
     for p in range(nprog):
         if split == UNIT_SPLIT:
@@ -197,7 +198,7 @@ def schedule_records(qsl: Sequence[int], row_ends: Sequence[int], nprog: int, ro
         else:
             u_begin, u_end = (table_unit(qsl, row_ends, k, nprog, rows, block_n, split, cap, row_starts)
                               for k in (p, p + 1))
-            b, base = first_seq(lane_units(qsl, row_ends, rows, block_n, lanes, cap, row_starts), u_begin)
+            b, base = first_seq(units, u_begin)
         first = [0, 0, 0, 0]
         if b < num_seqs:
             qa, qb, _, lo, stride, _ = seq_units(qsl, row_ends, b, rows, block_n, cap, row_starts)
