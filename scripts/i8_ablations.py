@@ -1030,7 +1030,7 @@ EDITS["tablealign4"] = [("worksplit.h", "  const bool few = split.rounds > 1 && 
 # them, shifts from the staged scale words, so the conversion overlaps the verdict's chain (the
 # columns' scales and weights, the warp reductions, the barrier, the row window's read) instead of
 # following it; a group the verdict calls canonical converts again, unshifted. The other bodies
-# as before.
+# as before. Thirty-seventh session (H100): 0.5-5% slower in 27 of 29 cells, not landed.
 EDITS["convahead"] = [
     ("        const uint32_t qs = sm.qscale[n];\n        shift[w] = (int(byte_of(qs, blk)) - min4(qs)) & -int(fast);\n",
      "        const uint32_t qs = S::QSTAGE ? sm.qst.qs[n] : sm.qscale[n];  // convahead: the staged scales\n"
@@ -1044,7 +1044,8 @@ EDITS["convahead"] = [
      "    } else if (ROLL_SETUP && args.mode != kModePrefill)\n      setup_operand<ROLL_SETUP>(fast, words);\n"),
 ]
 # below a round a program, a later set-up charged as the body's own (not one stage): what keeps a
-# program from holding the last stage of one group and the first of the next (r4w12 4 x 16 x 4096)
+# program from holding the last stage of one group and the first of the next (r4w12 4 x 16 x 4096).
+# Thirty-seventh session (H100): 8-16% faster at 16 x 4096, 10-14% slower at 8 x 8192; `allot` does both.
 EDITS["fewcharge"] = [("worksplit.h", "  const int setup = few ? imin(split.setup, split.stage) : split.setup;\n",
                        "  const int setup = split.setup;  // fewcharge\n")]
 # Programs allotted to groups (`allot`): when every row group can have programs of its own (no
