@@ -13,7 +13,9 @@ whatever its length, so a program that starts a group scores PIECE_COST tiles fe
 program whose range begins inside a group sets that one up uncharged: every program but the
 first does, so it is common to them; docs/perf-notes.md, fifteenth session: the V4 decode
 shapes 2-15% faster on the H200). Table mode's records may place the programs' ends by an
-instance's own split (`table_unit`): the same units, ends moved onto its stage rounds. Prefill
+instance's own split (`table_unit`): the same units, ends moved onto its stage rounds, or each
+program given one run of stages of one group where every group can have programs of its own
+(`table_allot`). Prefill
 program (g, part) takes global rows
 [g*R, g*R+R), split at sequence starts, and cuts each piece's tiles [start // BLOCK_N,
 ceil(end / BLOCK_N)) (its first row's start, its last row's end) into `parts` equal shares.
@@ -137,11 +139,61 @@ def instance_split(inst) -> tuple[int, int, int]:
     return inst.table_split or UNIT_SPLIT
 
 
+def group_stages(lo: int, span: int, stage: int) -> int:
+    """The stages a group of tiles [lo, lo + span) touches, counted from its first tile's stage."""
+    return cdiv(lo + span, stage) - lo // stage
+
+
+def table_allot(seqs: Sequence[tuple[int, int, int, int, int, int]], k: int, nprog: int,
+                split: tuple[int, int, int]) -> int | None:
+    """Table program k's first unit when the programs are allotted to row groups, else None.
+
+    With no more groups than programs, each group can have programs of its own: L is the fewest
+    stages a program holds for which every group's stages, cut into runs of L from its first
+    stage, need no more than nprog programs (past one round, L is rounded up to whole rounds);
+    the programs take the runs in unit order, one run each (the first run of a group with its
+    set-up units), and those left over hold nothing. No program then sets up a second group, which
+    the cost split cannot promise: a program whose range crosses a group's start pays its set-up
+    on top of its tiles. Allotted only when L x stage is within a later set-up's charge of the
+    mean tiles a program (a few long groups among short ones are cheaper cut across groups).
+    docs/perf-notes.md, thirty-seventh session: 10-25% faster where the cost split gave programs
+    two pieces. `seqs`: seq_units of every sequence."""
+    stage, rounds, setup = split
+    if stage * rounds == 1:
+        return None  # the units' own split
+    live = [(units // stride, lo, stride, units) for _, _, _, lo, stride, units in seqs]
+    groups = sum(g for g, *_ in live)
+    if not 0 < groups <= nprog:
+        return None
+    tiles = sum(g * (stride - PIECE_COST) for g, _, stride, _ in live)
+    stages = [group_stages(lo, stride - PIECE_COST, stage) if g else 0 for g, lo, stride, _ in live]
+    low, high = 1, max(stages)
+    while low < high:  # the fewest stages a program for which the runs fit the programs
+        mid = (low + high) // 2
+        if sum(g * cdiv(n, mid) for (g, *_), n in zip(live, stages)) <= nprog:
+            high = mid
+        else:
+            low = mid + 1
+    run = cdiv(low, rounds) * rounds if low > rounds else low
+    if run * stage * nprog > tiles + setup * nprog:
+        return None
+    before = ucum = 0  # programs and units before the sequence
+    for (g, lo, stride, units), n in zip(live, stages):
+        runs = cdiv(n, run)
+        if k < before + g * runs:
+            group, part = divmod(k - before, runs)
+            gstart = ucum + group * stride
+            return gstart if part == 0 else gstart + PIECE_COST + lo - lo % stage + part * run * stage - lo
+        before += g * runs
+        ucum += units
+    return ucum
+
+
 def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, rows: int, block_n: int,
                split: tuple[int, int, int] = UNIT_SPLIT, cap: int = NO_CAP,
                row_starts: Sequence[int] | None = None) -> int:
     """Table program k's first unit (k = nprog: the total), by the instance's split (stage,
-    round, setup). The programs share a cost in which each group counts `setup` tiles and then its
+    round, setup): table_allot's where it allots the programs to groups, else this cost split. The programs share a cost in which each group counts `setup` tiles and then its
     tiles; program k starts at the point k / nprog of it, moved to the group and tile it falls in
     (a point inside a group's set-up stays among the group's set-up units, which hold no tile) and
     then to the nearest multiple of round x stage tiles counted from the group's first stage (its
@@ -157,6 +209,9 @@ def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, 
     stage, rounds, setup = split
     num_seqs = len(qsl) - 1
     seqs = [seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts) for s in range(num_seqs)]
+    allotted = table_allot(seqs, k, nprog, split)
+    if allotted is not None:
+        return allotted
     tiles = sum(units // stride * (stride - PIECE_COST) for _, _, _, _, stride, units in seqs)
     if rounds > 1 and tiles < nprog * stage * rounds:
         rounds, setup = 1, min(setup, stage)
