@@ -15,9 +15,7 @@ first does, so it is common to them; docs/perf-notes.md, fifteenth session: the 
 shapes 2-15% faster on the H200). Table mode's records may place the programs' ends by an
 instance's own split (`table_unit`): the same units, ends moved onto its stage rounds, or each
 program given one run of stages of one group where every group can have programs of its own
-(`table_allot`). Prefill
-program (g, part) takes global rows
-[g*R, g*R+R), split at sequence starts, and cuts each piece's tiles [start // BLOCK_N,
+(`table_allot`). Prefill program (g, part) takes global rows [g*R, g*R+R), split at sequence starts, and cuts each piece's tiles [start // BLOCK_N,
 ceil(end / BLOCK_N)) (its first row's start, its last row's end) into `parts` equal shares.
 Tile numbers in pieces are the sequence's own (absolute): key n lies in tile n // BLOCK_N.
 
@@ -156,8 +154,8 @@ def table_allot(seqs: Sequence[tuple[int, int, int, int, int, int]], k: int, npr
     the cost split cannot promise: a program whose range crosses a group's start pays its set-up
     on top of its tiles. Allotted only when L x stage is within a later set-up's charge of the
     mean tiles a program (a few long groups among short ones are cheaper cut across groups).
-    docs/perf-notes.md, thirty-seventh session: 10-25% faster where the cost split gave programs
-    two pieces. `seqs`: seq_units of every sequence."""
+    docs/perf-notes.md, thirty-seventh session: 5-25% faster where the cost split gave programs
+    two pieces (the i8 harness, an H100). `seqs`: seq_units of every sequence."""
     stage, rounds, setup = split
     if stage * rounds == 1:
         return None  # the units' own split
@@ -193,8 +191,8 @@ def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, 
                split: tuple[int, int, int] = UNIT_SPLIT, cap: int = NO_CAP,
                row_starts: Sequence[int] | None = None) -> int:
     """Table program k's first unit (k = nprog: the total), by the instance's split (stage,
-    round, setup): table_allot's where it allots the programs to groups, else this cost split. The programs share a cost in which each group counts `setup` tiles and then its
-    tiles; program k starts at the point k / nprog of it, moved to the group and tile it falls in
+    round, setup): table_allot's where it allots the programs to groups, else this cost split.
+    The programs share a cost in which each group counts `setup` tiles and then its tiles; program k starts at the point k / nprog of it, moved to the group and tile it falls in
     (a point inside a group's set-up stays among the group's set-up units, which hold no tile) and
     then to the nearest multiple of round x stage tiles counted from the group's first stage (its
     first tile rounded down to a stage), never past the group's tiles. The ends only move, in
