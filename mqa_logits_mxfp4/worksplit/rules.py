@@ -15,8 +15,9 @@ first does, so it is common to them; docs/perf-notes.md, fifteenth session: the 
 shapes 2-15% faster on the H200). Table mode's records may place the programs' ends by an
 instance's own split (`table_unit`): the same units, ends moved onto its stage rounds, or each
 program given one run of stages of one group where every group can have programs of its own
-(`table_allot`). Prefill program (g, part) takes global rows [g*R, g*R+R), split at sequence starts, and cuts each piece's tiles [start // BLOCK_N,
-ceil(end / BLOCK_N)) (its first row's start, its last row's end) into `parts` equal shares.
+(`table_allot`). Prefill program (g, part) takes global rows [g*R, g*R+R), split at sequence
+starts, and cuts each piece's tiles [start // BLOCK_N, ceil(end / BLOCK_N)) (its first row's
+start, its last row's end) into `parts` equal shares.
 Tile numbers in pieces are the sequence's own (absolute): key n lies in tile n // BLOCK_N.
 
 Guards (docs/contract.md, "Memory safety"): every read of query_start_loc is clamped into
