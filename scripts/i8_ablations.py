@@ -1055,8 +1055,53 @@ EDITS["fewcharge"] = [("worksplit.h", "  const int setup = few ? imin(split.setu
 # its programs allow (part j starts at stage j * n / p). Where the cost split gave a group's first
 # program a stage fewer and used every program (8 x 8192 at r2w12 and r4w12), the allotment was
 # 1.5-3% slower: this asks whether the idle programs are why.
-EDITS["allotspread"] = [("worksplit.h", '  int64_t before = 0, ucum = 0;  // programs and units before the sequence\n  for (int s = 0; s < sv.num_seqs; ++s) {\n    int qa, qb, end, lo, span;\n    sv.bounds(s, qa, qb, end, lo, span);\n    const int units = sv.units(s, rows), stride = kPieceCost + span, g = units / stride;\n    const int runs = g > 0 ? cdiv_nonneg(group_stages(lo, span, split.stage), run) : 0;\n    if (k < before + int64_t(g) * runs) {\n      const int j = int(k - before), group = j / runs, part = j % runs;\n      const int64_t gstart = ucum + int64_t(group) * stride;\n      return part == 0 ? gstart : gstart + kPieceCost + lo - lo % split.stage + part * run * split.stage - lo;\n    }\n    before += int64_t(g) * runs;\n    ucum += units;\n  }\n  return ucum;\n}\n',
-                         '  int64_t used = 0;  // allotspread: the programs the runs take; the rest go one a group, in order\n  for (int s = 0; s < sv.num_seqs; ++s) {\n    int qa, qb, end, lo, span;\n    sv.bounds(s, qa, qb, end, lo, span);\n    const int g = sv.units(s, rows) / (kPieceCost + span);\n    if (g > 0) used += int64_t(g) * cdiv_nonneg(group_stages(lo, span, split.stage), run);\n  }\n  int64_t left = nprog - used, before = 0, ucum = 0;  // programs and units before the sequence\n  for (int s = 0; s < sv.num_seqs; ++s) {\n    int qa, qb, end, lo, span;\n    sv.bounds(s, qa, qb, end, lo, span);\n    const int units = sv.units(s, rows), stride = kPieceCost + span, g = units / stride;\n    const int n = g > 0 ? group_stages(lo, span, split.stage) : 0, runs = g > 0 ? cdiv_nonneg(n, run) : 0;\n    const int e = n > runs ? int(left < g ? left : g) : 0;  // groups here with one program more\n    left -= e;\n    const int64_t progs = int64_t(g) * runs + e;\n    if (k < before + progs) {\n      int j = int(k - before), group, part, p;\n      if (j < e * (runs + 1)) { group = j / (runs + 1); part = j % (runs + 1); p = runs + 1; }\n      else { j -= e * (runs + 1); group = e + j / runs; part = j % runs; p = runs; }\n      const int64_t gstart = ucum + int64_t(group) * stride;\n      return part == 0 ? gstart : gstart + kPieceCost + lo - lo % split.stage + int(int64_t(part) * n / p) * split.stage - lo;\n    }\n    before += progs;\n    ucum += units;\n  }\n  return ucum;\n}\n')]
+_SPREAD_OLD = """  int64_t before = 0, ucum = 0;  // programs and units before the sequence
+  for (int s = 0; s < sv.num_seqs; ++s) {
+    int qa, qb, end, lo, span;
+    sv.bounds(s, qa, qb, end, lo, span);
+    const int units = sv.units(s, rows), stride = kPieceCost + span, g = units / stride;
+    const int runs = g > 0 ? cdiv_nonneg(group_stages(lo, span, split.stage), run) : 0;
+    if (k < before + int64_t(g) * runs) {
+      const int j = int(k - before), group = j / runs, part = j % runs;
+      const int64_t gstart = ucum + int64_t(group) * stride;
+      return part == 0 ? gstart : gstart + kPieceCost + lo - lo % split.stage + part * run * split.stage - lo;
+    }
+    before += int64_t(g) * runs;
+    ucum += units;
+  }
+  return ucum;
+}
+"""
+_SPREAD_NEW = """  int64_t used = 0;  // allotspread: the programs the runs take; the rest go one a group, in order
+  for (int s = 0; s < sv.num_seqs; ++s) {
+    int qa, qb, end, lo, span;
+    sv.bounds(s, qa, qb, end, lo, span);
+    const int g = sv.units(s, rows) / (kPieceCost + span);
+    if (g > 0) used += int64_t(g) * cdiv_nonneg(group_stages(lo, span, split.stage), run);
+  }
+  int64_t left = nprog - used, before = 0, ucum = 0;  // programs and units before the sequence
+  for (int s = 0; s < sv.num_seqs; ++s) {
+    int qa, qb, end, lo, span;
+    sv.bounds(s, qa, qb, end, lo, span);
+    const int units = sv.units(s, rows), stride = kPieceCost + span, g = units / stride;
+    const int n = g > 0 ? group_stages(lo, span, split.stage) : 0, runs = g > 0 ? cdiv_nonneg(n, run) : 0;
+    const int e = n > runs ? int(left < g ? left : g) : 0;  // groups here with one program more
+    left -= e;
+    const int64_t progs = int64_t(g) * runs + e;
+    if (k < before + progs) {
+      int j = int(k - before), group, part, p;
+      if (j < e * (runs + 1)) { group = j / (runs + 1); part = j % (runs + 1); p = runs + 1; }
+      else { j -= e * (runs + 1); group = e + j / runs; part = j % runs; p = runs; }
+      const int64_t gstart = ucum + int64_t(group) * stride;
+      return part == 0 ? gstart : gstart + kPieceCost + lo - lo % split.stage + int(int64_t(part) * n / p) * split.stage - lo;
+    }
+    before += progs;
+    ucum += units;
+  }
+  return ucum;
+}
+"""
+EDITS["allotspread"] = [("worksplit.h", _SPREAD_OLD, _SPREAD_NEW)]
 # The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
 # column's -kI8KeyBias * qsum (the value the bias slice sums to), each unit's accumulator is
 # written from it before the wgmma fence (init_acc), and the four k-slices accumulate onto it

@@ -133,7 +133,7 @@ def table_allot(units, groups, lo, span, k, nprog, STAGE: tl.constexpr, ROUND: t
     """(program k's first unit, its last, whether the split allots) by worksplit/rules.py's
     table_allot: the programs allotted to row groups, one run of a group's stages each."""
     stages = tl.where(groups > 0, tl.cdiv(lo + span, STAGE) - lo // STAGE, 0)
-    low = k * 0 + 1
+    low = k * 0 + 1  # a tensor like `high`: the loop carries one type
     high = tl.maximum(tl.max(stages, axis=0), 1)
     while low < high:  # the fewest stages a program for which the runs fit the programs
         mid = (low + high) // 2
