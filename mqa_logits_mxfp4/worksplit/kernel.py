@@ -131,17 +131,18 @@ def allot_point(k, before, progs, runs, run, ucum, units, lo, span, STAGE: tl.co
 @triton.jit
 def table_allot(units, groups, lo, span, k, nprog, STAGE: tl.constexpr, ROUND: tl.constexpr, SETUP: tl.constexpr):
     """(program k's first unit, its last, whether the split allots) by worksplit/rules.py's
-    table_allot: the programs allotted to row groups, one run of a group's stages each."""
+    allot_run and table_allot: the programs allotted to row groups, one run of a group's stages
+    each. With more groups than programs it cannot allot, and the run's search is skipped."""
     stages = tl.where(groups > 0, tl.cdiv(lo + span, STAGE) - lo // STAGE, 0)
+    total = tl.sum(groups, axis=0)
     low = k * 0 + 1  # a tensor like `high`: the loop carries one type
-    high = tl.maximum(tl.max(stages, axis=0), 1)
+    high = tl.where(total <= nprog, tl.maximum(tl.max(stages, axis=0), 1), 1)
     while low < high:  # the fewest stages a program for which the runs fit the programs
         mid = (low + high) // 2
         fits = tl.sum(groups * tl.cdiv(stages, mid), axis=0) <= nprog
         high = tl.where(fits, mid, high)
         low = tl.where(fits, low, mid + 1)
     run = tl.where(low > ROUND, tl.cdiv(low, ROUND) * ROUND, low)
-    total = tl.sum(groups, axis=0)
     tiles = tl.sum(groups * span, axis=0).to(tl.int64)
     allots = (ROUND * STAGE > 1) & (total > 0) & (total <= nprog) & \
         (run.to(tl.int64) * STAGE * nprog <= tiles + SETUP * nprog)

@@ -217,8 +217,8 @@ struct TableSplit {
 OPUS_HD int group_stages(int lo, int span, int stage) { return cdiv_nonneg(lo + span, stage) - lo / stage; }
 
 // Table program k's first unit when the programs are allotted to row groups (one run of a
-// group's stages each), serially: worksplit/rules.py's table_allot, which says when and why;
-// -1 where it does not allot.
+// group's stages each), serially: worksplit/rules.py's allot_run (which says when and why) and
+// table_allot; -1 where it does not allot.
 OPUS_HD int64_t table_allot_serial(const SeqView& sv, int rows, int k, int nprog, const TableSplit& split) {
   if (split.stage * split.rounds == 1) return -1;  // the units' own split
   int64_t groups = 0, tiles = 0;
