@@ -1102,6 +1102,21 @@ _SPREAD_NEW = """  int64_t used = 0;  // allotspread: the programs the runs take
 }
 """
 EDITS["allotspread"] = [("worksplit.h", _SPREAD_OLD, _SPREAD_NEW)]
+# The allotment's runs spread over the program ids (`allotstride`): run j goes to program
+# floor(j x nprog / runs), so where the runs are fewer than the programs the working CTAs are
+# spread over the grid as the cost split's are, not packed into its first ids. The V4 rows at one
+# sequence (r1w12 Table, 11 runs on 132 programs) were 3-11% slower with the allotment than with
+# the cost split, whose working programs sit 12 ids apart (thirty-eighth session).
+EDITS["allotstride"] = [("worksplit.h", "  int64_t before = 0, ucum = 0;  // programs and units before the sequence\n",
+                         "  int64_t nruns = 0;  // allotstride: program k starts run ceil(k x runs / nprog)\n"
+                         "  for (int s = 0; s < sv.num_seqs; ++s) {\n"
+                         "    int qa, qb, end, lo, span;\n"
+                         "    sv.bounds(s, qa, qb, end, lo, span);\n"
+                         "    const int g = sv.units(s, rows) / (kPieceCost + span);\n"
+                         "    if (g > 0) nruns += int64_t(g) * cdiv_nonneg(group_stages(lo, span, split.stage), run);\n"
+                         "  }\n"
+                         "  k = int((int64_t(k) * nruns + nprog - 1) / nprog);\n"
+                         "  int64_t before = 0, ucum = 0;  // programs and units before the sequence\n")]
 # The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
 # column's -kI8KeyBias * qsum (the value the bias slice sums to), each unit's accumulator is
 # written from it before the wgmma fence (init_acc), and the four k-slices accumulate onto it
