@@ -1048,63 +1048,75 @@ EDITS["convahead"] = [
 # Thirty-seventh session (H100): 8-16% faster at 16 x 4096, 10-14% slower at 8 x 8192; `allot` does both.
 EDITS["fewcharge"] = [("worksplit.h", "  const int setup = few ? imin(split.setup, split.stage) : split.setup;\n",
                        "  const int setup = split.setup;  // fewcharge\n")]
-# Programs allotted to groups (`allot`): when every row group can have programs of its own (no
-# more groups than programs), the stages L a program holds are the fewest for which each group's
-# stages, cut into runs of L from its first stage (a round's multiple past one round), need no
-# more than the programs; each program then holds one run of one group, and no program a second
-# set-up. Used when L x stage is within a later set-up's charge of the mean tiles a program;
-# else the cost split as before (worksplit.h's table_unit_serial).
-_ALLOT_FN = """// allot: program k's first unit when each group has programs of its own; -1: not so.
-OPUS_HD int64_t table_allot_serial(const SeqView& sv, int rows, int k, int nprog, const TableSplit& split) {
-  int64_t groups = 0, tiles = 0;
-  int most = 0;
-  for (int s = 0; s < sv.num_seqs; ++s) {
-    int qa, qb, end, lo, span;
-    sv.bounds(s, qa, qb, end, lo, span);
-    const int g = sv.units(s, rows) / (kPieceCost + span);
-    if (g == 0) continue;
-    groups += g;
-    tiles += int64_t(g) * span;
-    most = imax(most, cdiv_nonneg(lo + span, split.stage) - lo / split.stage);
-  }
-  if (groups == 0 || groups > nprog) return -1;
-  int lo_l = 1, hi_l = most;
-  while (lo_l < hi_l) {
-    const int m = (lo_l + hi_l) / 2;
-    int64_t need = 0;
-    for (int s = 0; s < sv.num_seqs; ++s) {
-      int qa, qb, end, lo, span;
-      sv.bounds(s, qa, qb, end, lo, span);
-      const int g = sv.units(s, rows) / (kPieceCost + span);
-      if (g > 0) need += int64_t(g) * cdiv_nonneg(cdiv_nonneg(lo + span, split.stage) - lo / split.stage, m);
-    }
-    if (need <= nprog) hi_l = m; else lo_l = m + 1;
-  }
-  const int L = lo_l > split.rounds ? cdiv_nonneg(lo_l, split.rounds) * split.rounds : lo_l;
-  if (int64_t(L) * split.stage * nprog > tiles + int64_t(split.setup) * nprog) return -1;
-  int64_t pc = 0, uc = 0;
+# `allot` (programs allotted to row groups, one run of a group's stages each) is in the split:
+# worksplit.h's table_allot_serial (docs/perf-notes.md, thirty-seventh session).
+# Every program of an allotment busy (`allotspread`): the programs the runs leave over go one each
+# to the first groups with more stages than runs, and each group's stages are cut as evenly as
+# its programs allow (part j starts at stage j * n / p). Where the cost split gave a group's first
+# program a stage fewer and used every program (8 x 8192 at r2w12 and r4w12), the allotment was
+# 1.5-3% slower: this asks whether the idle programs are why.
+_SPREAD_OLD = """  int64_t before = 0, ucum = 0;  // programs and units before the sequence
   for (int s = 0; s < sv.num_seqs; ++s) {
     int qa, qb, end, lo, span;
     sv.bounds(s, qa, qb, end, lo, span);
     const int units = sv.units(s, rows), stride = kPieceCost + span, g = units / stride;
-    const int a = g > 0 ? cdiv_nonneg(cdiv_nonneg(lo + span, split.stage) - lo / split.stage, L) : 0;
-    if (k < pc + int64_t(g) * a) {
-      const int j = int(k - pc), grp = j / a, part = j % a;
-      const int64_t gstart = uc + int64_t(grp) * stride;
-      return part == 0 ? gstart : gstart + kPieceCost + (lo - lo % split.stage) + part * L * split.stage - lo;
+    const int runs = g > 0 ? cdiv_nonneg(group_stages(lo, span, split.stage), run) : 0;
+    if (k < before + int64_t(g) * runs) {
+      const int j = int(k - before), group = j / runs, part = j % runs;
+      const int64_t gstart = ucum + int64_t(group) * stride;
+      return part == 0 ? gstart : gstart + kPieceCost + lo - lo % split.stage + part * run * split.stage - lo;
     }
-    pc += int64_t(g) * a;
-    uc += units;
+    before += int64_t(g) * runs;
+    ucum += units;
   }
-  return uc;
+  return ucum;
 }
-
 """
-EDITS["allot"] = [("worksplit.h", "// Table program k's first unit by `split` (k = nprog: the total), serially",
-                   _ALLOT_FN + "// Table program k's first unit by `split` (k = nprog: the total), serially"),
-                  ("worksplit.h", "OPUS_HD int table_unit_serial(const SeqView& sv, int rows, int k, int nprog, const TableSplit& split) {\n",
-                   "OPUS_HD int table_unit_serial(const SeqView& sv, int rows, int k, int nprog, const TableSplit& split) {\n"
-                   "  if (const int64_t a = table_allot_serial(sv, rows, k, nprog, split); a >= 0) return int(a);  // allot\n")]
+_SPREAD_NEW = """  int64_t used = 0;  // allotspread: the programs the runs take; the rest go one a group, in order
+  for (int s = 0; s < sv.num_seqs; ++s) {
+    int qa, qb, end, lo, span;
+    sv.bounds(s, qa, qb, end, lo, span);
+    const int g = sv.units(s, rows) / (kPieceCost + span);
+    if (g > 0) used += int64_t(g) * cdiv_nonneg(group_stages(lo, span, split.stage), run);
+  }
+  int64_t left = nprog - used, before = 0, ucum = 0;  // programs and units before the sequence
+  for (int s = 0; s < sv.num_seqs; ++s) {
+    int qa, qb, end, lo, span;
+    sv.bounds(s, qa, qb, end, lo, span);
+    const int units = sv.units(s, rows), stride = kPieceCost + span, g = units / stride;
+    const int n = g > 0 ? group_stages(lo, span, split.stage) : 0, runs = g > 0 ? cdiv_nonneg(n, run) : 0;
+    const int e = n > runs ? int(left < g ? left : g) : 0;  // groups here with one program more
+    left -= e;
+    const int64_t progs = int64_t(g) * runs + e;
+    if (k < before + progs) {
+      int j = int(k - before), group, part, p;
+      if (j < e * (runs + 1)) { group = j / (runs + 1); part = j % (runs + 1); p = runs + 1; }
+      else { j -= e * (runs + 1); group = e + j / runs; part = j % runs; p = runs; }
+      const int64_t gstart = ucum + int64_t(group) * stride;
+      return part == 0 ? gstart : gstart + kPieceCost + lo - lo % split.stage + int(int64_t(part) * n / p) * split.stage - lo;
+    }
+    before += progs;
+    ucum += units;
+  }
+  return ucum;
+}
+"""
+EDITS["allotspread"] = [("worksplit.h", _SPREAD_OLD, _SPREAD_NEW)]
+# The allotment's runs spread over the program ids (`allotstride`): run j goes to program
+# floor(j x nprog / runs), so where the runs are fewer than the programs the working CTAs are
+# spread over the grid as the cost split's are, not packed into its first ids. The V4 rows at one
+# sequence (r1w12 Table, 11 runs on 132 programs) were 3-11% slower with the allotment than with
+# the cost split, whose working programs sit 12 ids apart (thirty-eighth session).
+EDITS["allotstride"] = [("worksplit.h", "  int64_t before = 0, ucum = 0;  // programs and units before the sequence\n",
+                         "  int64_t nruns = 0;  // allotstride: program k starts run ceil(k x runs / nprog)\n"
+                         "  for (int s = 0; s < sv.num_seqs; ++s) {\n"
+                         "    int qa, qb, end, lo, span;\n"
+                         "    sv.bounds(s, qa, qb, end, lo, span);\n"
+                         "    const int g = sv.units(s, rows) / (kPieceCost + span);\n"
+                         "    if (g > 0) nruns += int64_t(g) * cdiv_nonneg(group_stages(lo, span, split.stage), run);\n"
+                         "  }\n"
+                         "  k = int((int64_t(k) * nruns + nprog - 1) / nprog);\n"
+                         "  int64_t before = 0, ucum = 0;  // programs and units before the sequence\n")]
 # The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
 # column's -kI8KeyBias * qsum (the value the bias slice sums to), each unit's accumulator is
 # written from it before the wgmma fence (init_acc), and the four k-slices accumulate onto it

@@ -397,6 +397,38 @@ def test_round_split_with_less_than_a_round_a_program_puts_the_ends_on_stages():
         assert triton_records(qsl, ends, None, 2, 1, 64, split=(4, 2, 8)) == two
 
 
+def test_round_split_allots_programs_to_groups_when_each_can_have_its_own():
+    """No more row groups than programs: each program takes one run of one group's stages, worked
+    out by hand (split (4, 2, 8)). Three one-row sequences of 8 tiles (2 stages each), four
+    programs: one stage a run needs 6 programs, two need 3, so a sequence a program and the last
+    idle; the cost split would give program 1 the last 4 tiles of sequence 0 and the first 4 of
+    sequence 1 (two set-ups)."""
+    qsl, ends = [0, 1, 2, 3], [512, 512, 512]
+    recs = worksplit.schedule_records(qsl, ends, 4, 1, 64, lanes_for(qsl), split=(4, 2, 8))
+    assert [r[:2] for r in recs] == [[0, 24], [24, 48], [48, 72], [72, 72]]
+    assert [list(worksplit.free_work(qsl, ends, *r[:4], 1, 64)) for r in recs] == [
+        [(0, 0, 1, 0, 8)], [(1, 1, 2, 0, 8)], [(2, 2, 3, 0, 8)], []]
+    # one sequence, its window from key 200: tiles [3, 20), stages 0-4 (5); three programs take
+    # runs of 2 stages from stage 0: tiles 3-8 (with the set-up's 16 units), 8-16 and 16-20
+    one, one_ends, starts = [0, 1], [1280], [200]
+    runs = worksplit.schedule_records(one, one_ends, 3, 1, 64, lanes_for(one), row_starts=starts, split=(4, 2, 8))
+    assert [r[:2] for r in runs] == [[0, 21], [21, 29], [29, 33]]
+    assert [list(worksplit.free_work(one, one_ends, *r[:4], 1, 64, row_starts=starts)) for r in runs] == [
+        [(0, 0, 1, 3, 8)], [(0, 0, 1, 8, 16)], [(0, 0, 1, 16, 20)]]
+    # sequences of 64, 4 and 4 tiles: runs fitting four programs are 8 stages (32 tiles), more than
+    # the mean 18 tiles and a set-up's 8; the cost split (3 x 8 + 72 = 96, 24 each, ends on
+    # 8-tile rounds) stays: 16, 24 and 24 tiles of sequence 0, then the two short ones together
+    qsl, ends = [0, 1, 2, 3], [4096, 256, 256]
+    cost = worksplit.schedule_records(qsl, ends, 4, 1, 64, lanes_for(qsl), split=(4, 2, 8))
+    assert [r[:2] for r in cost] == [[0, 32], [32, 56], [56, 80], [80, 120]]
+    assert [list(worksplit.free_work(qsl, ends, *r[:4], 1, 64)) for r in cost] == [
+        [(0, 0, 1, 0, 16)], [(0, 0, 1, 16, 40)], [(0, 0, 1, 40, 64)], [(1, 1, 2, 0, 4), (2, 2, 3, 0, 4)]]
+    if INTERPRETING:
+        assert triton_records([0, 1, 2, 3], [512, 512, 512], None, 4, 1, 64, split=(4, 2, 8)) == recs
+        assert triton_records(one, one_ends, starts, 3, 1, 64, split=(4, 2, 8)) == runs
+        assert triton_records(qsl, ends, None, 4, 1, 64, split=(4, 2, 8)) == cost
+
+
 def test_row_starts_shrink_the_work_and_leave_the_no_starts_split_as_it_was():
     """Starts past the first tiles drop those tiles from the units and the pieces; all-zero starts
     give the same records and pieces as no row_starts."""

@@ -115,10 +115,51 @@ def table_point(x, ccum, cost, ucum, units, lo, span, setup, grain, STAGE: tl.co
 
 
 @triton.jit
+def allot_point(k, before, progs, runs, run, ucum, units, lo, span, STAGE: tl.constexpr):
+    """Program k's first unit of an allotment (table_allot's sums: the programs each sequence's
+    groups take, the programs and units before it; the runs a group and the stages a run)."""
+    hit = (before <= k) & (k < before + progs)  # the one sequence k falls in (none: k is past them)
+    j = tl.where(hit, k - before, 0)
+    group = j // tl.maximum(runs, 1)
+    part = j - group * runs
+    gstart = ucum + group * (PIECE_COST + span)
+    u = tl.where(part == 0, gstart, gstart + PIECE_COST + lo - lo % STAGE + part * run * STAGE - lo)
+    return tl.where(tl.sum(hit.to(tl.int32), axis=0) > 0, tl.sum(tl.where(hit, u, 0), axis=0),
+                    tl.sum(units, axis=0))
+
+
+@triton.jit
+def table_allot(units, groups, lo, span, k, nprog, STAGE: tl.constexpr, ROUND: tl.constexpr, SETUP: tl.constexpr):
+    """(program k's first unit, its last, whether the split allots) by worksplit/rules.py's
+    allot_run and table_allot: the programs allotted to row groups, one run of a group's stages
+    each. With more groups than programs it cannot allot, and the run's search is skipped."""
+    stages = tl.where(groups > 0, tl.cdiv(lo + span, STAGE) - lo // STAGE, 0)
+    total = tl.sum(groups, axis=0)
+    low = k * 0 + 1  # a tensor like `high`: the loop carries one type
+    high = tl.where(total <= nprog, tl.maximum(tl.max(stages, axis=0), 1), 1)
+    while low < high:  # the fewest stages a program for which the runs fit the programs
+        mid = (low + high) // 2
+        fits = tl.sum(groups * tl.cdiv(stages, mid), axis=0) <= nprog
+        high = tl.where(fits, mid, high)
+        low = tl.where(fits, low, mid + 1)
+    run = tl.where(low > ROUND, tl.cdiv(low, ROUND) * ROUND, low)
+    tiles = tl.sum(groups * span, axis=0).to(tl.int64)
+    allots = (ROUND * STAGE > 1) & (total > 0) & (total <= nprog) & \
+        (run.to(tl.int64) * STAGE * nprog <= tiles + SETUP * nprog)
+    runs = tl.where(groups > 0, tl.cdiv(stages, run), 0)
+    progs = groups * runs
+    before = tl.cumsum(progs, axis=0) - progs
+    ucum = tl.cumsum(units, axis=0) - units
+    first = allot_point(k, before, progs, runs, run, ucum, units, lo, span, STAGE)
+    last = allot_point(k + 1, before, progs, runs, run, ucum, units, lo, span, STAGE)
+    return first, last, allots
+
+
+@triton.jit
 def table_units(units, lo, span, k, nprog, STAGE: tl.constexpr, ROUND: tl.constexpr, SETUP: tl.constexpr):
     """Program k's first and last units by the split (STAGE, ROUND, SETUP) (worksplit/rules.py's
-    table_unit at k and k + 1), from the sequences' units and tiles [lo, lo + span); the sums
-    the two ends share are computed once."""
+    table_unit at k and k + 1: the allotment where it applies, else the cost split), from the
+    sequences' units and tiles [lo, lo + span); the sums the two ends share are computed once."""
     groups = tl.where(units > 0, units // tl.maximum(PIECE_COST + span, 1), 0)
     # fewer tiles than a round a program: ends on stages, a later set-up counted as a stage
     few = (tl.sum(groups * span, axis=0).to(tl.int64) < nprog * (STAGE * ROUND)) & (ROUND > 1)
@@ -130,7 +171,8 @@ def table_units(units, lo, span, k, nprog, STAGE: tl.constexpr, ROUND: tl.conste
     ucum = tl.cumsum(units, axis=0) - units
     first = table_point((k * total) // nprog, ccum, cost, ucum, units, lo, span, setup, grain, STAGE)
     last = table_point(((k + 1) * total) // nprog, ccum, cost, ucum, units, lo, span, setup, grain, STAGE)
-    return first, last
+    first_a, last_a, allots = table_allot(units, groups, lo, span, k, nprog, STAGE, ROUND, SETUP)
+    return tl.where(allots, first_a, first), tl.where(allots, last_a, last)
 
 
 @triton.jit(do_not_specialize=["num_seqs", "num_rows", "seq_cap"])

@@ -13,10 +13,11 @@ whatever its length, so a program that starts a group scores PIECE_COST tiles fe
 program whose range begins inside a group sets that one up uncharged: every program but the
 first does, so it is common to them; docs/perf-notes.md, fifteenth session: the V4 decode
 shapes 2-15% faster on the H200). Table mode's records may place the programs' ends by an
-instance's own split (`table_unit`): the same units, ends moved onto its stage rounds. Prefill
-program (g, part) takes global rows
-[g*R, g*R+R), split at sequence starts, and cuts each piece's tiles [start // BLOCK_N,
-ceil(end / BLOCK_N)) (its first row's start, its last row's end) into `parts` equal shares.
+instance's own split (`table_unit`): the same units, ends moved onto its stage rounds, or each
+program given one run of stages of one group where every group can have programs of its own
+(`allot_run`, `table_allot`). Prefill program (g, part) takes global rows [g*R, g*R+R), split at
+sequence starts, and cuts each piece's tiles [start // BLOCK_N, ceil(end / BLOCK_N)) (its first row's
+start, its last row's end) into `parts` equal shares.
 Tile numbers in pieces are the sequence's own (absolute): key n lies in tile n // BLOCK_N.
 
 Guards (docs/contract.md, "Memory safety"): every read of query_start_loc is clamped into
@@ -137,26 +138,66 @@ def instance_split(inst) -> tuple[int, int, int]:
     return inst.table_split or UNIT_SPLIT
 
 
-def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, rows: int, block_n: int,
-               split: tuple[int, int, int] = UNIT_SPLIT, cap: int = NO_CAP,
-               row_starts: Sequence[int] | None = None) -> int:
-    """Table program k's first unit (k = nprog: the total), by the instance's split (stage,
-    round, setup). The programs share a cost in which each group counts `setup` tiles and then its
-    tiles; program k starts at the point k / nprog of it, moved to the group and tile it falls in
-    (a point inside a group's set-up stays among the group's set-up units, which hold no tile) and
-    then to the nearest multiple of round x stage tiles counted from the group's first stage (its
-    first tile rounded down to a stage), never past the group's tiles. The ends only move, in
-    order, so the programs' ranges still hold every unit once. Why: a body whose consumers take a
-    piece's stages in turn gives each of them the same stages of a piece cut on a round, and no
-    stage is loaded by two programs; every program sets its first group up whatever the split
-    charges, so only a later group's set-up should separate programs (docs/perf-notes.md,
-    thirty-third session). When the programs average less than a round of tiles (fewer tiles than
-    nprog x stages a round x stage), the ends go on stages and a later set-up counts as a stage:
-    rounding to a round would leave programs idle and give the others two stages a consumer
-    (docs/perf-notes.md, thirty-fourth session). UNIT_SPLIT gives cta_range's ends."""
+def group_stages(lo: int, span: int, stage: int) -> int:
+    """The stages a group of tiles [lo, lo + span) touches, counted from its first tile's stage."""
+    return cdiv(lo + span, stage) - lo // stage
+
+
+def allot_run(seqs: Sequence[tuple[int, int, int, int, int, int]], nprog: int,
+              split: tuple[int, int, int]) -> int | None:
+    """The stages a program holds when the Table programs are allotted to row groups, else None.
+
+    With no more groups than programs, each group can have programs of its own: L is the fewest
+    stages a program holds for which every group's stages, cut into runs of L from its first
+    stage, need no more than nprog programs (past one round, L is rounded up to whole rounds);
+    the programs take the runs in unit order, one run each (table_allot), and those left over hold
+    nothing. No program then sets up a second group, which the cost split cannot promise: a
+    program whose range crosses a group's start pays its set-up on top of its tiles. Allotted only
+    when L x stage is within a later set-up's charge of the mean tiles a program (a few long groups
+    among short ones are cheaper cut across groups). docs/perf-notes.md, thirty-seventh session:
+    5-25% faster where the cost split gave programs two pieces (the i8 harness, an H100).
+    `seqs`: seq_units of every sequence."""
     stage, rounds, setup = split
-    num_seqs = len(qsl) - 1
-    seqs = [seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts) for s in range(num_seqs)]
+    if stage * rounds == 1:
+        return None  # the units' own split
+    groups = [units // stride for _, _, _, _, stride, units in seqs]
+    if not 0 < sum(groups) <= nprog:
+        return None
+    tiles = sum(g * (stride - PIECE_COST) for g, (_, _, _, _, stride, _) in zip(groups, seqs))
+    stages = [group_stages(lo, stride - PIECE_COST, stage) if g else 0
+              for g, (_, _, _, lo, stride, _) in zip(groups, seqs)]
+    low, high = 1, max(stages)
+    while low < high:  # the fewest stages a program for which the runs fit the programs
+        mid = (low + high) // 2
+        if sum(g * cdiv(n, mid) for g, n in zip(groups, stages)) <= nprog:
+            high = mid
+        else:
+            low = mid + 1
+    run = cdiv(low, rounds) * rounds if low > rounds else low
+    return None if run * stage * nprog > tiles + setup * nprog else run
+
+
+def table_allot(seqs: Sequence[tuple[int, int, int, int, int, int]], k: int, run: int, stage: int) -> int:
+    """Table program k's first unit (k past the runs: the total) when the programs are allotted
+    to row groups in runs of `run` stages (allot_run): the first run of a group starts at its
+    set-up units, a later one on its stage."""
+    before = ucum = 0  # programs and units before the sequence
+    for _, _, _, lo, stride, units in seqs:
+        g = units // stride
+        runs = cdiv(group_stages(lo, stride - PIECE_COST, stage), run) if g else 0
+        if k < before + g * runs:
+            group, part = divmod(k - before, runs)
+            gstart = ucum + group * stride
+            return gstart if part == 0 else gstart + PIECE_COST + lo - lo % stage + part * run * stage - lo
+        before += g * runs
+        ucum += units
+    return ucum
+
+
+def cost_unit(seqs: Sequence[tuple[int, int, int, int, int, int]], k: int, nprog: int,
+              split: tuple[int, int, int]) -> int:
+    """Table program k's first unit by the cost split (table_unit says how and why)."""
+    stage, rounds, setup = split
     tiles = sum(units // stride * (stride - PIECE_COST) for _, _, _, _, stride, units in seqs)
     if rounds > 1 and tiles < nprog * stage * rounds:
         rounds, setup = 1, min(setup, stage)
@@ -181,23 +222,57 @@ def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, 
     return ucum
 
 
+def table_ends(seqs: Sequence[tuple[int, int, int, int, int, int]], nprog: int,
+               split: tuple[int, int, int]) -> list[int]:
+    """Every Table program's first unit and the total (table_unit at k = 0 .. nprog), the
+    allotment's run found once. `seqs`: seq_units of every sequence."""
+    run = allot_run(seqs, nprog, split)
+    return [cost_unit(seqs, k, nprog, split) if run is None else table_allot(seqs, k, run, split[0])
+            for k in range(nprog + 1)]
+
+
+def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, rows: int, block_n: int,
+               split: tuple[int, int, int] = UNIT_SPLIT, cap: int = NO_CAP,
+               row_starts: Sequence[int] | None = None) -> int:
+    """Table program k's first unit (k = nprog: the total), by the instance's split (stage,
+    round, setup): the allotment's (allot_run, table_allot) where it allots the programs to
+    groups, else this cost split (cost_unit). The programs share a cost in which each group
+    counts `setup` tiles and then its tiles; program k starts at the point k / nprog of it, moved
+    to the group and tile it falls in (a point inside a group's set-up stays among the group's
+    set-up units, which hold no tile) and then to the nearest multiple of round x stage tiles counted from the group's first stage (its
+    first tile rounded down to a stage), never past the group's tiles. The ends only move, in
+    order, so the programs' ranges still hold every unit once. Why: a body whose consumers take a
+    piece's stages in turn gives each of them the same stages of a piece cut on a round, and no
+    stage is loaded by two programs; every program sets its first group up whatever the split
+    charges, so only a later group's set-up should separate programs (docs/perf-notes.md,
+    thirty-third session). When the programs average less than a round of tiles (fewer tiles than
+    nprog x stages a round x stage), the ends go on stages and a later set-up counts as a stage:
+    rounding to a round would leave programs idle and give the others two stages a consumer
+    (docs/perf-notes.md, thirty-fourth session). UNIT_SPLIT gives cta_range's ends."""
+    seqs = [seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts) for s in range(len(qsl) - 1)]
+    run = allot_run(seqs, nprog, split)
+    return cost_unit(seqs, k, nprog, split) if run is None else table_allot(seqs, k, run, split[0])
+
+
 def schedule_records(qsl: Sequence[int], row_ends: Sequence[int], nprog: int, rows: int,
                      block_n: int, lanes: int, cap: int = NO_CAP,
                      row_starts: Sequence[int] | None = None,
                      split: tuple[int, int, int] = UNIT_SPLIT) -> list[list[int]]:
     """Table mode's records (core/records.py's layout), one a program: [u_begin, u_end, b, base,
     qa, qb, lo, span], the last four sequence b's as seq_units reads them (zeros past the
-    sequences); the ends by `split` (table_unit)."""
+    sequences); the ends by `split` (table_unit, all at once: table_ends)."""
     assert len(RECORD_FIELDS) == RECORD_INTS
     num_seqs = len(qsl) - 1
     units = lane_units(qsl, row_ends, rows, block_n, lanes, cap, row_starts)
+    if split != UNIT_SPLIT:
+        ends = table_ends([seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts) for s in range(num_seqs)],
+                          nprog, split)
     records = []
     for p in range(nprog):
         if split == UNIT_SPLIT:
             u_begin, u_end, b, base = cta_range(qsl, row_ends, p, nprog, rows, block_n, lanes, cap, row_starts)
         else:
-            u_begin, u_end = (table_unit(qsl, row_ends, k, nprog, rows, block_n, split, cap, row_starts)
-                              for k in (p, p + 1))
+            u_begin, u_end = ends[p], ends[p + 1]
             b, base = first_seq(units, u_begin)
         first = [0, 0, 0, 0]
         if b < num_seqs:

@@ -213,9 +213,61 @@ struct TableSplit {
   int stage = 1, rounds = 1, setup = kPieceCost;
 };
 
+// The stages a group of tiles [lo, lo + span) touches, counted from its first tile's stage.
+OPUS_HD int group_stages(int lo, int span, int stage) { return cdiv_nonneg(lo + span, stage) - lo / stage; }
+
+// Table program k's first unit when the programs are allotted to row groups (one run of a
+// group's stages each), serially: worksplit/rules.py's allot_run (which says when and why) and
+// table_allot; -1 where it does not allot.
+OPUS_HD int64_t table_allot_serial(const SeqView& sv, int rows, int k, int nprog, const TableSplit& split) {
+  if (split.stage * split.rounds == 1) return -1;  // the units' own split
+  int64_t groups = 0, tiles = 0;
+  int most = 0;
+  for (int s = 0; s < sv.num_seqs; ++s) {
+    int qa, qb, end, lo, span;
+    sv.bounds(s, qa, qb, end, lo, span);
+    const int g = sv.units(s, rows) / (kPieceCost + span);
+    if (g == 0) continue;
+    groups += g;
+    tiles += int64_t(g) * span;
+    most = imax(most, group_stages(lo, span, split.stage));
+  }
+  if (groups == 0 || groups > nprog) return -1;
+  int low = 1, high = most;
+  while (low < high) {  // the fewest stages a program for which the runs fit the programs
+    const int m = (low + high) / 2;
+    int64_t need = 0;
+    for (int s = 0; s < sv.num_seqs; ++s) {
+      int qa, qb, end, lo, span;
+      sv.bounds(s, qa, qb, end, lo, span);
+      const int g = sv.units(s, rows) / (kPieceCost + span);
+      if (g > 0) need += int64_t(g) * cdiv_nonneg(group_stages(lo, span, split.stage), m);
+    }
+    if (need <= nprog) high = m; else low = m + 1;
+  }
+  const int run = low > split.rounds ? cdiv_nonneg(low, split.rounds) * split.rounds : low;
+  if (int64_t(run) * split.stage * nprog > tiles + int64_t(split.setup) * nprog) return -1;
+  int64_t before = 0, ucum = 0;  // programs and units before the sequence
+  for (int s = 0; s < sv.num_seqs; ++s) {
+    int qa, qb, end, lo, span;
+    sv.bounds(s, qa, qb, end, lo, span);
+    const int units = sv.units(s, rows), stride = kPieceCost + span, g = units / stride;
+    const int runs = g > 0 ? cdiv_nonneg(group_stages(lo, span, split.stage), run) : 0;
+    if (k < before + int64_t(g) * runs) {
+      const int j = int(k - before), group = j / runs, part = j % runs;
+      const int64_t gstart = ucum + int64_t(group) * stride;
+      return part == 0 ? gstart : gstart + kPieceCost + lo - lo % split.stage + part * run * split.stage - lo;
+    }
+    before += int64_t(g) * runs;
+    ucum += units;
+  }
+  return ucum;
+}
+
 // Table program k's first unit by `split` (k = nprog: the total), serially: worksplit/rules.py's
 // table_unit, which says why.
 OPUS_HD int table_unit_serial(const SeqView& sv, int rows, int k, int nprog, const TableSplit& split) {
+  if (const int64_t a = table_allot_serial(sv, rows, k, nprog, split); a >= 0) return int(a);
   int64_t groups = 0, tiles = 0;
   for (int s = 0; s < sv.num_seqs; ++s) {
     int qa, qb, end, lo, span;
