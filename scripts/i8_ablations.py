@@ -1050,58 +1050,11 @@ EDITS["fewcharge"] = [("worksplit.h", "  const int setup = few ? imin(split.setu
                        "  const int setup = split.setup;  // fewcharge\n")]
 # `allot` (programs allotted to row groups, one run of a group's stages each) is in the split:
 # worksplit.h's table_allot_serial (docs/perf-notes.md, thirty-seventh session).
-# Every program of an allotment busy (`allotspread`): the programs the runs leave over go one each
-# to the first groups with more stages than runs, and each group's stages are cut as evenly as
-# its programs allow (part j starts at stage j * n / p). Where the cost split gave a group's first
-# program a stage fewer and used every program (8 x 8192 at r2w12 and r4w12), the allotment was
-# 1.5-3% slower: this asks whether the idle programs are why.
-_SPREAD_OLD = """  int64_t before = 0, ucum = 0;  // programs and units before the sequence
-  for (int s = 0; s < sv.num_seqs; ++s) {
-    int qa, qb, end, lo, span;
-    sv.bounds(s, qa, qb, end, lo, span);
-    const int units = sv.units(s, rows), stride = kPieceCost + span, g = units / stride;
-    const int runs = g > 0 ? cdiv_nonneg(group_stages(lo, span, split.stage), run) : 0;
-    if (k < before + int64_t(g) * runs) {
-      const int j = int(k - before), group = j / runs, part = j % runs;
-      const int64_t gstart = ucum + int64_t(group) * stride;
-      return part == 0 ? gstart : gstart + kPieceCost + lo - lo % split.stage + part * run * split.stage - lo;
-    }
-    before += int64_t(g) * runs;
-    ucum += units;
-  }
-  return ucum;
-}
-"""
-_SPREAD_NEW = """  int64_t used = 0;  // allotspread: the programs the runs take; the rest go one a group, in order
-  for (int s = 0; s < sv.num_seqs; ++s) {
-    int qa, qb, end, lo, span;
-    sv.bounds(s, qa, qb, end, lo, span);
-    const int g = sv.units(s, rows) / (kPieceCost + span);
-    if (g > 0) used += int64_t(g) * cdiv_nonneg(group_stages(lo, span, split.stage), run);
-  }
-  int64_t left = nprog - used, before = 0, ucum = 0;  // programs and units before the sequence
-  for (int s = 0; s < sv.num_seqs; ++s) {
-    int qa, qb, end, lo, span;
-    sv.bounds(s, qa, qb, end, lo, span);
-    const int units = sv.units(s, rows), stride = kPieceCost + span, g = units / stride;
-    const int n = g > 0 ? group_stages(lo, span, split.stage) : 0, runs = g > 0 ? cdiv_nonneg(n, run) : 0;
-    const int e = n > runs ? int(left < g ? left : g) : 0;  // groups here with one program more
-    left -= e;
-    const int64_t progs = int64_t(g) * runs + e;
-    if (k < before + progs) {
-      int j = int(k - before), group, part, p;
-      if (j < e * (runs + 1)) { group = j / (runs + 1); part = j % (runs + 1); p = runs + 1; }
-      else { j -= e * (runs + 1); group = e + j / runs; part = j % runs; p = runs; }
-      const int64_t gstart = ucum + int64_t(group) * stride;
-      return part == 0 ? gstart : gstart + kPieceCost + lo - lo % split.stage + int(int64_t(part) * n / p) * split.stage - lo;
-    }
-    before += progs;
-    ucum += units;
-  }
-  return ucum;
-}
-"""
-EDITS["allotspread"] = [("worksplit.h", _SPREAD_OLD, _SPREAD_NEW)]
+# Every program of an allotment busy (`allotspread`: the programs the runs leave over one each to
+# the first groups with more stages than runs, each group's stages cut as evenly as its programs
+# allow): measured on the thirty-eighth session (H100), r4w12 2-3% faster at 8 x 8192, r1w12 and
+# r2w12 1.8-2.4% slower at 1 x 8 x 32768, the rest within 1%: not landed, retired (its edit was a
+# copy of table_allot_serial's last loop; the tree it measured is .gl/s43c).
 # The allotment's runs spread over the program ids (`allotstride`): run j goes to program
 # floor(j x nprog / runs), so where the runs are fewer than the programs the working CTAs are
 # spread over the grid as the cost split's are, not packed into its first ids. The V4 rows at one

@@ -16,8 +16,8 @@ shapes 2-15% faster on the H200). Table mode's records may place the programs' e
 instance's own split (`table_unit`): the same units, ends moved onto its stage rounds, or each
 program given one run of stages of one group where every group can have programs of its own
 (`allot_run`, `table_allot`). Prefill program (g, part) takes global rows [g*R, g*R+R), split at
-sequence starts, and cuts each piece's tiles [start // BLOCK_N, ceil(end / BLOCK_N)) (its first row's
-start, its last row's end) into `parts` equal shares.
+sequence starts, and cuts each piece's tiles [start // BLOCK_N, ceil(end / BLOCK_N)) (its first
+row's start, its last row's end) into `parts` equal shares.
 Tile numbers in pieces are the sequence's own (absolute): key n lies in tile n // BLOCK_N.
 
 Guards (docs/contract.md, "Memory safety"): every read of query_start_loc is clamped into
@@ -234,16 +234,16 @@ def table_ends(seqs: Sequence[tuple[int, int, int, int, int, int]], nprog: int,
 def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, rows: int, block_n: int,
                split: tuple[int, int, int] = UNIT_SPLIT, cap: int = NO_CAP,
                row_starts: Sequence[int] | None = None) -> int:
-    """Table program k's first unit (k = nprog: the total), by the instance's split (stage,
-    round, setup): the allotment's (allot_run, table_allot) where it allots the programs to
-    groups, else this cost split (cost_unit). The programs share a cost in which each group
-    counts `setup` tiles and then its tiles; program k starts at the point k / nprog of it, moved
-    to the group and tile it falls in (a point inside a group's set-up stays among the group's
-    set-up units, which hold no tile) and then to the nearest multiple of round x stage tiles counted from the group's first stage (its
-    first tile rounded down to a stage), never past the group's tiles. The ends only move, in
-    order, so the programs' ranges still hold every unit once. Why: a body whose consumers take a
-    piece's stages in turn gives each of them the same stages of a piece cut on a round, and no
-    stage is loaded by two programs; every program sets its first group up whatever the split
+    """Table program k's first unit (k = nprog: the total), by the instance's split (stage, round,
+    setup): the allotment's (allot_run, table_allot) where it allots the programs to groups, else
+    this cost split (cost_unit). The programs share a cost in which each group counts `setup` tiles
+    and then its tiles; program k starts at the point k / nprog of it, moved to the group and tile
+    it falls in (a point inside a group's set-up stays among the group's set-up units, which hold no
+    tile) and then to the nearest multiple of round x stage tiles counted from the group's first
+    stage (its first tile rounded down to a stage), never past the group's tiles. The ends only
+    move, in order, so the programs' ranges still hold every unit once. Why: a body whose consumers
+    take a piece's stages in turn gives each of them the same stages of a piece cut on a round, and
+    no stage is loaded by two programs; every program sets its first group up whatever the split
     charges, so only a later group's set-up should separate programs (docs/perf-notes.md,
     thirty-third session). When the programs average less than a round of tiles (fewer tiles than
     nprog x stages a round x stage), the ends go on stages and a later set-up counts as a stage:
@@ -265,8 +265,8 @@ def schedule_records(qsl: Sequence[int], row_ends: Sequence[int], nprog: int, ro
     num_seqs = len(qsl) - 1
     units = lane_units(qsl, row_ends, rows, block_n, lanes, cap, row_starts)
     if split != UNIT_SPLIT:
-        ends = table_ends([seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts) for s in range(num_seqs)],
-                          nprog, split)
+        seqs = [seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts) for s in range(num_seqs)]
+        ends = table_ends(seqs, nprog, split)
     records = []
     for p in range(nprog):
         if split == UNIT_SPLIT:

@@ -216,6 +216,18 @@ struct TableSplit {
 // The stages a group of tiles [lo, lo + span) touches, counted from its first tile's stage.
 OPUS_HD int group_stages(int lo, int span, int stage) { return cdiv_nonneg(lo + span, stage) - lo / stage; }
 
+// The runs of `run` stages every group's stages are cut into, summed over the sequences.
+OPUS_HD int64_t allot_runs(const SeqView& sv, int rows, int run, int stage) {
+  int64_t runs = 0;
+  for (int s = 0; s < sv.num_seqs; ++s) {
+    int qa, qb, end, lo, span;
+    sv.bounds(s, qa, qb, end, lo, span);
+    const int g = sv.units(s, rows) / (kPieceCost + span);
+    if (g > 0) runs += int64_t(g) * cdiv_nonneg(group_stages(lo, span, stage), run);
+  }
+  return runs;
+}
+
 // Table program k's first unit when the programs are allotted to row groups (one run of a
 // group's stages each), serially: worksplit/rules.py's allot_run (which says when and why) and
 // table_allot; -1 where it does not allot.
@@ -236,14 +248,7 @@ OPUS_HD int64_t table_allot_serial(const SeqView& sv, int rows, int k, int nprog
   int low = 1, high = most;
   while (low < high) {  // the fewest stages a program for which the runs fit the programs
     const int m = (low + high) / 2;
-    int64_t need = 0;
-    for (int s = 0; s < sv.num_seqs; ++s) {
-      int qa, qb, end, lo, span;
-      sv.bounds(s, qa, qb, end, lo, span);
-      const int g = sv.units(s, rows) / (kPieceCost + span);
-      if (g > 0) need += int64_t(g) * cdiv_nonneg(group_stages(lo, span, split.stage), m);
-    }
-    if (need <= nprog) high = m; else low = m + 1;
+    if (allot_runs(sv, rows, m, split.stage) <= nprog) high = m; else low = m + 1;
   }
   const int run = low > split.rounds ? cdiv_nonneg(low, split.rounds) * split.rounds : low;
   if (int64_t(run) * split.stage * nprog > tiles + int64_t(split.setup) * nprog) return -1;
