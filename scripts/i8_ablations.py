@@ -1055,21 +1055,11 @@ EDITS["fewcharge"] = [("worksplit.h", "  const int setup = few ? imin(split.setu
 # allow): measured on the thirty-eighth session (H100), r4w12 2-3% faster at 8 x 8192, r1w12 and
 # r2w12 1.8-2.4% slower at 1 x 8 x 32768, the rest within 1%: not landed, retired (its edit was a
 # copy of table_allot_serial's last loop; the tree it measured is .gl/s43c).
-# The allotment's runs spread over the program ids (`allotstride`): run j goes to program
-# floor(j x nprog / runs), so where the runs are fewer than the programs the working CTAs are
-# spread over the grid as the cost split's are, not packed into its first ids. The V4 rows at one
-# sequence (r1w12 Table, 11 runs on 132 programs) were 3-11% slower with the allotment than with
-# the cost split, whose working programs sit 12 ids apart (thirty-eighth session).
-EDITS["allotstride"] = [("worksplit.h", "  int64_t before = 0, ucum = 0;  // programs and units before the sequence\n",
-                         "  int64_t nruns = 0;  // allotstride: program k starts run ceil(k x runs / nprog)\n"
-                         "  for (int s = 0; s < sv.num_seqs; ++s) {\n"
-                         "    int qa, qb, end, lo, span;\n"
-                         "    sv.bounds(s, qa, qb, end, lo, span);\n"
-                         "    const int g = sv.units(s, rows) / (kPieceCost + span);\n"
-                         "    if (g > 0) nruns += int64_t(g) * cdiv_nonneg(group_stages(lo, span, split.stage), run);\n"
-                         "  }\n"
-                         "  k = int((int64_t(k) * nruns + nprog - 1) / nprog);\n"
-                         "  int64_t before = 0, ucum = 0;  // programs and units before the sequence\n")]
+# The allotment's runs spread over the program ids (`allotstride`: program k starts run
+# ceil(k x runs / nprog), so where the runs are fewer than the programs the working CTAs sit
+# evenly over the grid as the cost split's do) is in the split: worksplit.h's table_allot_serial
+# (docs/perf-notes.md, thirty-ninth session; the tree it measured against the packed allotment
+# is .gl/s44a).
 # The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
 # column's -kI8KeyBias * qsum (the value the bias slice sums to), each unit's accumulator is
 # written from it before the wgmma fence (init_acc), and the four k-slices accumulate onto it

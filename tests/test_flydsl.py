@@ -402,7 +402,7 @@ def test_round_split_allots_programs_to_groups_when_each_can_have_its_own():
     out by hand (split (4, 2, 8)). Three one-row sequences of 8 tiles (2 stages each), four
     programs: one stage a run needs 6 programs, two need 3, so a sequence a program and the last
     idle; the cost split would give program 1 the last 4 tiles of sequence 0 and the first 4 of
-    sequence 1 (two set-ups)."""
+    sequence 1 (two set-ups). Fewer runs than programs are spread over the program ids."""
     qsl, ends = [0, 1, 2, 3], [512, 512, 512]
     recs = worksplit.schedule_records(qsl, ends, 4, 1, 64, lanes_for(qsl), split=(4, 2, 8))
     assert [r[:2] for r in recs] == [[0, 24], [24, 48], [48, 72], [72, 72]]
@@ -415,6 +415,12 @@ def test_round_split_allots_programs_to_groups_when_each_can_have_its_own():
     assert [r[:2] for r in runs] == [[0, 21], [21, 29], [29, 33]]
     assert [list(worksplit.free_work(one, one_ends, *r[:4], 1, 64, row_starts=starts)) for r in runs] == [
         [(0, 0, 1, 3, 8)], [(0, 0, 1, 8, 16)], [(0, 0, 1, 16, 20)]]
+    # one sequence of 8 tiles (2 stages) on four programs: two runs of one stage, spread over the
+    # ids (program k starts run ceil(k x 2 / 4): 0, 1, 1, 2), so programs 0 and 2 work
+    two = worksplit.schedule_records([0, 1], [512], 4, 1, 64, lanes_for([0, 1]), split=(4, 2, 8))
+    assert [r[:2] for r in two] == [[0, 20], [20, 20], [20, 24], [24, 24]]
+    assert [list(worksplit.free_work([0, 1], [512], *r[:4], 1, 64)) for r in two] == [
+        [(0, 0, 1, 0, 4)], [], [(0, 0, 1, 4, 8)], []]
     # sequences of 64, 4 and 4 tiles: runs fitting four programs are 8 stages (32 tiles), more than
     # the mean 18 tiles and a set-up's 8; the cost split (3 x 8 + 72 = 96, 24 each, ends on
     # 8-tile rounds) stays: 16, 24 and 24 tiles of sequence 0, then the two short ones together
@@ -426,6 +432,7 @@ def test_round_split_allots_programs_to_groups_when_each_can_have_its_own():
     if INTERPRETING:
         assert triton_records([0, 1, 2, 3], [512, 512, 512], None, 4, 1, 64, split=(4, 2, 8)) == recs
         assert triton_records(one, one_ends, starts, 3, 1, 64, split=(4, 2, 8)) == runs
+        assert triton_records([0, 1], [512], None, 4, 1, 64, split=(4, 2, 8)) == two
         assert triton_records(qsl, ends, None, 4, 1, 64, split=(4, 2, 8)) == cost
 
 

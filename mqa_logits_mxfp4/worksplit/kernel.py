@@ -115,11 +115,11 @@ def table_point(x, ccum, cost, ucum, units, lo, span, setup, grain, STAGE: tl.co
 
 
 @triton.jit
-def allot_point(k, before, progs, runs, run, ucum, units, lo, span, STAGE: tl.constexpr):
-    """Program k's first unit of an allotment (table_allot's sums: the programs each sequence's
-    groups take, the programs and units before it; the runs a group and the stages a run)."""
-    hit = (before <= k) & (k < before + progs)  # the one sequence k falls in (none: k is past them)
-    j = tl.where(hit, k - before, 0)
+def allot_point(i, before, seq_runs, runs, run, ucum, units, lo, span, STAGE: tl.constexpr):
+    """Run i's first unit of an allotment (table_allot's sums: the runs each sequence's groups
+    are cut into, the runs and units before it; the runs a group and the stages a run)."""
+    hit = (before <= i) & (i < before + seq_runs)  # the one sequence i falls in (none: i is past them)
+    j = tl.where(hit, i - before, 0)
     group = j // tl.maximum(runs, 1)
     part = j - group * runs
     gstart = ucum + group * (PIECE_COST + span)
@@ -132,7 +132,8 @@ def allot_point(k, before, progs, runs, run, ucum, units, lo, span, STAGE: tl.co
 def table_allot(units, groups, lo, span, k, nprog, STAGE: tl.constexpr, ROUND: tl.constexpr, SETUP: tl.constexpr):
     """(program k's first unit, its last, whether the split allots) by worksplit/rules.py's
     allot_run and table_allot: the programs allotted to row groups, one run of a group's stages
-    each. With more groups than programs it cannot allot, and the run's search is skipped."""
+    each, program k starting run ceil(k x runs / nprog). With more groups than programs it cannot
+    allot, and the run's search is skipped."""
     stages = tl.where(groups > 0, tl.cdiv(lo + span, STAGE) - lo // STAGE, 0)
     total = tl.sum(groups, axis=0)
     low = k * 0 + 1  # a tensor like `high`: the loop carries one type
@@ -147,11 +148,14 @@ def table_allot(units, groups, lo, span, k, nprog, STAGE: tl.constexpr, ROUND: t
     allots = (ROUND * STAGE > 1) & (total > 0) & (total <= nprog) & \
         (run.to(tl.int64) * STAGE * nprog <= tiles + SETUP * nprog)
     runs = tl.where(groups > 0, tl.cdiv(stages, run), 0)
-    progs = groups * runs
-    before = tl.cumsum(progs, axis=0) - progs
+    seq_runs = groups * runs
+    before = tl.cumsum(seq_runs, axis=0) - seq_runs
     ucum = tl.cumsum(units, axis=0) - units
-    first = allot_point(k, before, progs, runs, run, ucum, units, lo, span, STAGE)
-    last = allot_point(k + 1, before, progs, runs, run, ucum, units, lo, span, STAGE)
+    nruns = tl.sum(seq_runs, axis=0).to(tl.int64)  # k x nruns: past int32 where it does not allot
+    i0 = tl.cdiv(k * nruns, nprog).to(tl.int32)  # program k starts run ceil(k x runs / nprog)
+    i1 = tl.cdiv((k + 1) * nruns, nprog).to(tl.int32)
+    first = allot_point(i0, before, seq_runs, runs, run, ucum, units, lo, span, STAGE)
+    last = allot_point(i1, before, seq_runs, runs, run, ucum, units, lo, span, STAGE)
     return first, last, allots
 
 

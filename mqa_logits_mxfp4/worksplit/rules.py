@@ -150,13 +150,13 @@ def allot_run(seqs: Sequence[tuple[int, int, int, int, int, int]], nprog: int,
     With no more groups than programs, each group can have programs of its own: L is the fewest
     stages a program holds for which every group's stages, cut into runs of L from its first
     stage, need no more than nprog programs (past one round, L is rounded up to whole rounds);
-    the programs take the runs in unit order, one run each (table_allot), and those left over hold
-    nothing. No program then sets up a second group, which the cost split cannot promise: a
-    program whose range crosses a group's start pays its set-up on top of its tiles. Allotted only
-    when L x stage is within a later set-up's charge of the mean tiles a program (a few long groups
-    among short ones are cheaper cut across groups). docs/perf-notes.md, thirty-seventh session:
-    5-25% faster where the cost split gave programs two pieces (the i8 harness, an H100).
-    `seqs`: seq_units of every sequence."""
+    the programs take the runs in unit order, one run each, spread evenly over the program ids
+    (table_allot), and the programs between them hold nothing. No program then sets up a second
+    group, which the cost split cannot promise: a program whose range crosses a group's start pays
+    its set-up on top of its tiles. Allotted only when L x stage is within a later set-up's charge
+    of the mean tiles a program (a few long groups among short ones are cheaper cut across
+    groups). docs/perf-notes.md, thirty-seventh session: 5-25% faster where the cost split gave
+    programs two pieces (the i8 harness, an H100). `seqs`: seq_units of every sequence."""
     stage, rounds, setup = split
     if stage * rounds == 1:
         return None  # the units' own split
@@ -177,16 +177,27 @@ def allot_run(seqs: Sequence[tuple[int, int, int, int, int, int]], nprog: int,
     return None if run * stage * nprog > tiles + setup * nprog else run
 
 
-def table_allot(seqs: Sequence[tuple[int, int, int, int, int, int]], k: int, run: int, stage: int) -> int:
-    """Table program k's first unit (k past the runs: the total) when the programs are allotted
-    to row groups in runs of `run` stages (allot_run): the first run of a group starts at its
-    set-up units, a later one on its stage."""
-    before = ucum = 0  # programs and units before the sequence
-    for _, _, _, lo, stride, units in seqs:
+def group_runs(seqs: Sequence[tuple[int, int, int, int, int, int]], run: int, stage: int) -> list[int]:
+    """The runs of `run` stages that each group of a sequence is cut into (0: it has no group)."""
+    return [cdiv(group_stages(lo, stride - PIECE_COST, stage), run) if units // stride else 0
+            for _, _, _, lo, stride, units in seqs]
+
+
+def table_allot(seqs: Sequence[tuple[int, int, int, int, int, int]], k: int, nprog: int, run: int,
+                stage: int) -> int:
+    """Table program k's first unit (k = nprog: the total) when the programs are allotted to row
+    groups in runs of `run` stages (allot_run): program k starts run ceil(k x runs / nprog), so
+    where the runs are fewer than the programs the working programs are spread evenly over the
+    ids (as the cost split's are), not packed into the first ones (docs/perf-notes.md,
+    thirty-ninth session); the first run of a group starts at its set-up units, a later one on
+    its stage."""
+    runs_of = group_runs(seqs, run, stage)
+    j = cdiv(k * sum(units // stride * r for (*_, stride, units), r in zip(seqs, runs_of)), nprog)
+    before = ucum = 0  # runs and units before the sequence
+    for (_, _, _, lo, stride, units), runs in zip(seqs, runs_of):
         g = units // stride
-        runs = cdiv(group_stages(lo, stride - PIECE_COST, stage), run) if g else 0
-        if k < before + g * runs:
-            group, part = divmod(k - before, runs)
+        if j < before + g * runs:
+            group, part = divmod(j - before, runs)
             gstart = ucum + group * stride
             return gstart if part == 0 else gstart + PIECE_COST + lo - lo % stage + part * run * stage - lo
         before += g * runs
@@ -227,8 +238,8 @@ def table_ends(seqs: Sequence[tuple[int, int, int, int, int, int]], nprog: int,
     """Every Table program's first unit and the total (table_unit at k = 0 .. nprog), the
     allotment's run found once. `seqs`: seq_units of every sequence."""
     run = allot_run(seqs, nprog, split)
-    return [cost_unit(seqs, k, nprog, split) if run is None else table_allot(seqs, k, run, split[0])
-            for k in range(nprog + 1)]
+    return [cost_unit(seqs, k, nprog, split) if run is None
+            else table_allot(seqs, k, nprog, run, split[0]) for k in range(nprog + 1)]
 
 
 def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, rows: int, block_n: int,
@@ -251,7 +262,7 @@ def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, 
     (docs/perf-notes.md, thirty-fourth session). UNIT_SPLIT gives cta_range's ends."""
     seqs = [seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts) for s in range(len(qsl) - 1)]
     run = allot_run(seqs, nprog, split)
-    return cost_unit(seqs, k, nprog, split) if run is None else table_allot(seqs, k, run, split[0])
+    return cost_unit(seqs, k, nprog, split) if run is None else table_allot(seqs, k, nprog, run, split[0])
 
 
 def schedule_records(qsl: Sequence[int], row_ends: Sequence[int], nprog: int, rows: int,

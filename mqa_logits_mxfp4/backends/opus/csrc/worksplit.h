@@ -229,8 +229,8 @@ OPUS_HD int64_t allot_runs(const SeqView& sv, int rows, int run, int stage) {
 }
 
 // Table program k's first unit when the programs are allotted to row groups (one run of a
-// group's stages each), serially: worksplit/rules.py's allot_run (which says when and why) and
-// table_allot; -1 where it does not allot.
+// group's stages each, spread evenly over the program ids), serially: worksplit/rules.py's
+// allot_run (which says when and why) and table_allot; -1 where it does not allot.
 OPUS_HD int64_t table_allot_serial(const SeqView& sv, int rows, int k, int nprog, const TableSplit& split) {
   if (split.stage * split.rounds == 1) return -1;  // the units' own split
   int64_t groups = 0, tiles = 0;
@@ -252,14 +252,16 @@ OPUS_HD int64_t table_allot_serial(const SeqView& sv, int rows, int k, int nprog
   }
   const int run = low > split.rounds ? cdiv_nonneg(low, split.rounds) * split.rounds : low;
   if (int64_t(run) * split.stage * nprog > tiles + int64_t(split.setup) * nprog) return -1;
-  int64_t before = 0, ucum = 0;  // programs and units before the sequence
+  // program k starts run ceil(k x runs / nprog): the working programs spread over the ids
+  const int64_t first = (int64_t(k) * allot_runs(sv, rows, run, split.stage) + nprog - 1) / nprog;
+  int64_t before = 0, ucum = 0;  // runs and units before the sequence
   for (int s = 0; s < sv.num_seqs; ++s) {
     int qa, qb, end, lo, span;
     sv.bounds(s, qa, qb, end, lo, span);
     const int units = sv.units(s, rows), stride = kPieceCost + span, g = units / stride;
     const int runs = g > 0 ? cdiv_nonneg(group_stages(lo, span, split.stage), run) : 0;
-    if (k < before + int64_t(g) * runs) {
-      const int j = int(k - before), group = j / runs, part = j % runs;
+    if (first < before + int64_t(g) * runs) {
+      const int j = int(first - before), group = j / runs, part = j % runs;
       const int64_t gstart = ucum + int64_t(group) * stride;
       return part == 0 ? gstart : gstart + kPieceCost + lo - lo % split.stage + part * run * split.stage - lo;
     }
