@@ -11,6 +11,10 @@
 #             builds in the background from the start), then scripts/peer_compare.py (PEER_ARGS)
 #   bench     the bench CLI; BENCH_ARGS replaces its default selection (--suite deepseek_v4
 #             --quick), e.g. BENCH_ARGS="--suite deepseek_v4 --quick --best --peer deepgemm"
+#   tune      a model's table re-tuned on this card into $out/tune.csv (TUNE_ARGS; default the V4
+#             quick suite, 100 ms a candidate, the two fastest re-timed), merged into the shipped
+#             table on the CPU machine with `tune merge` (docs/tuning.md); with TUNE_CARD set (e.g.
+#             H200: the shipped tables are that card's) any other card skips the step, rc 4
 #   ablations the run.sh of each folder in ABLATIONS (scripts/i8_ablations.py --out folders, carried;
 #             their binaries are built on the CPU machine), each log to $out/<folder>.log and its
 #             table printed (i8_ablations.py --summarize)
@@ -74,6 +78,15 @@ for what in "${steps[@]}"; do
   bench)
     PYTHONPATH=/tmp/dg_site:${PYTHONPATH:-} python3 -m mqa_logits_mxfp4 bench ${BENCH_ARGS:---suite deepseek_v4 --quick} \
       --csv "$out/bench.csv" --png "$out/bench.png" --log "$out/bench-candidates.jsonl" 2>&1 | tee "$out/bench.log"
+    rc=$((rc | ${PIPESTATUS[0]})) ;;
+  tune)
+    card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+    if [[ -n ${TUNE_CARD:-} && $card != *"$TUNE_CARD"* ]]; then
+      echo "tune: $card is not a $TUNE_CARD: skipped"; rc=$((rc | 4)); continue
+    fi
+    timeout "${TUNE_TIMEOUT:-420}" python3 -m mqa_logits_mxfp4 tune \
+      ${TUNE_ARGS:---suite deepseek_v4 --quick --no-torch-path --budget-ms 100 --top 2} -o "$out/tune.csv" 2>&1 \
+      | tee "$out/tune.log" | tail -20
     rc=$((rc | ${PIPESTATUS[0]})) ;;
   ablations)
     for dir in ${ABLATIONS:-}; do
