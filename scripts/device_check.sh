@@ -11,6 +11,10 @@
 #             builds in the background from the start), then scripts/peer_compare.py (PEER_ARGS)
 #   bench     the bench CLI; BENCH_ARGS replaces its default selection (--suite deepseek_v4
 #             --quick), e.g. BENCH_ARGS="--suite deepseek_v4 --quick --best --peer deepgemm"
+#             (DeepGEMM then builds in the background from the start, as for `peer`); BENCH_LOG
+#             names where every candidate's JSON line goes (default /tmp: not returned)
+# The install's and the builds' logs stay in /tmp unless they fail (the device tool returns at
+# most 8 files); the opus build's ptxas lines are in /tmp/opus_build.log.
 #   tune      a model's table re-tuned on this card into $out/tune.csv (TUNE_ARGS; default the V4
 #             quick suite, 100 ms a candidate, the two fastest re-timed), merged into the shipped
 #             table on the CPU machine with `tune merge` (docs/tuning.md); with TUNE_CARD set (e.g.
@@ -25,16 +29,28 @@ export PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET
 steps=("$@"); [[ ${#steps[@]} == 0 || " ${steps[*]} " == *" all "* ]] && steps=(tests memcheck host bench)
 export DG_JIT_CACHE_DIR=/tmp/dgjit
-if [[ " ${steps[*]} " == *" peer "* && -d .peers ]]; then
-  (bash .peers/build_deepgemm.sh .peers /tmp/dg_site >"$out/deepgemm_build.log" 2>&1; echo $? >/tmp/dg_rc) &
+# DeepGEMM builds in the background for the peer step and for a bench asked for the peer column.
+# The set-up's logs stay in /tmp (the device tool returns at most 8 files) unless a step fails.
+peer_build=
+if [[ ( " ${steps[*]} " == *" peer "* || ${BENCH_ARGS:-} == *--peer* ) && -d .peers ]]; then
+  (bash .peers/build_deepgemm.sh .peers /tmp/dg_site >/tmp/deepgemm_build.log 2>&1; echo $? >/tmp/dg_rc) &
+  peer_build=$!
 fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/pip.log" 2>&1 || { cat "$out/pip.log"; exit 1; }
+peer_ready() {  # the background DeepGEMM build finished (its log returned if it failed)
+  if [[ -n $peer_build ]]; then
+    wait "$peer_build"; peer_build=
+    [[ $(cat /tmp/dg_rc 2>/dev/null) == 0 ]] || cp /tmp/deepgemm_build.log "$out/" 2>/dev/null
+  fi
+  return 0
+}
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip.log 2>&1 || { cat /tmp/pip.log; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 rc=0
 # the opus extension, built once before any worker needs it (its log has the ptxas lines)
-( time python3 -m mqa_logits_mxfp4 build --verbose ) >"$out/opus_build.log" 2>&1
-echo "opus build: rc=$? ($(tail -4 "$out/opus_build.log" | tr '\n' ' '))"
+( time python3 -m mqa_logits_mxfp4 build --verbose ) >/tmp/opus_build.log 2>&1
+r=$?; echo "opus build: rc=$r ($(tail -4 /tmp/opus_build.log | tr '\n' ' '))"
+[[ $r == 0 ]] || cp /tmp/opus_build.log "$out/"
 for what in "${steps[@]}"; do
   echo "== $what ($(date +%T))"
   case $what in
@@ -67,7 +83,7 @@ for what in "${steps[@]}"; do
     python3 -m mqa_logits_mxfp4.tuning.host --json "$out/host.json" 2>&1 | tee "$out/host.log"
     rc=$((rc | ${PIPESTATUS[0]})) ;;
   peer)
-    wait
+    peer_ready
     # the build script's own last check imports from its source folder, whose deep_gemm/ (no _C)
     # shadows the built one: its rc can be 1 with a working site; this import is the check
     echo "deepgemm build rc=$(cat /tmp/dg_rc 2>/dev/null); import from the site: $(cd /tmp && PYTHONPATH=/tmp/dg_site \
@@ -76,8 +92,9 @@ for what in "${steps[@]}"; do
       --csv "$out/peer.csv" ${PEER_ARGS:-} 2>&1 | tee "$out/peer.log" | tail -60
     rc=$((rc | ${PIPESTATUS[0]})) ;;
   bench)
+    peer_ready
     PYTHONPATH=/tmp/dg_site:${PYTHONPATH:-} python3 -m mqa_logits_mxfp4 bench ${BENCH_ARGS:---suite deepseek_v4 --quick} \
-      --csv "$out/bench.csv" --png "$out/bench.png" --log "$out/bench-candidates.jsonl" 2>&1 | tee "$out/bench.log"
+      --csv "$out/bench.csv" --png "$out/bench.png" --log "${BENCH_LOG:-/tmp/bench-candidates.jsonl}" 2>&1 | tee "$out/bench.log"
     rc=$((rc | ${PIPESTATUS[0]})) ;;
   tune)
     card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
