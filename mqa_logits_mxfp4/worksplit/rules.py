@@ -192,12 +192,13 @@ def table_allot(seqs: Sequence[tuple[int, int, int, int, int, int]], k: int, npr
     thirty-ninth session); the first run of a group starts at its set-up units, a later one on
     its stage."""
     runs_of = group_runs(seqs, run, stage)
-    j = cdiv(k * sum(units // stride * r for (*_, stride, units), r in zip(seqs, runs_of)), nprog)
+    total_runs = sum(units // stride * runs for (*_, stride, units), runs in zip(seqs, runs_of))
+    first = cdiv(k * total_runs, nprog)  # the run program k starts
     before = ucum = 0  # runs and units before the sequence
     for (_, _, _, lo, stride, units), runs in zip(seqs, runs_of):
         g = units // stride
-        if j < before + g * runs:
-            group, part = divmod(j - before, runs)
+        if first < before + g * runs:
+            group, part = divmod(first - before, runs)
             gstart = ucum + group * stride
             return gstart if part == 0 else gstart + PIECE_COST + lo - lo % stage + part * run * stage - lo
         before += g * runs
