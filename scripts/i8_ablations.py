@@ -1060,9 +1060,16 @@ EDITS["fewcharge"] = [("worksplit.h", "  const int setup = few ? imin(split.setu
 # evenly over the grid as the cost split's do) is in the split: worksplit.h's table_allot_serial
 # (docs/perf-notes.md, thirty-ninth session; the tree it measured against the packed allotment
 # is .gl/s44a).
-# The Table record's line asked into L1 at the kernel's first instruction (`recprefetch`, its trip
-# from memory under the prologue) is in the kernel: kernel_sm90_i8.cuh (docs/perf-notes.md,
-# thirty-ninth session; the trees it measured are .gl/s47a and .gl/s47b).
+# The Table record's line asked into L1 at the kernel's first instruction (`recprefetch`), so its
+# trip from memory runs under the prologue (the barriers' set-up, the tables, the fence and the
+# block barrier) instead of after it: at one sequence every idle CTA lives 1.5-2 us, prologue and
+# the record's read (ctaends, thirty-ninth session), and every walk starts with that read.
+# Thirty-ninth session (H100): 0.5-3.6% faster on 13 of 15 cells, but it moves ptxas's allocation
+# (stack r4w12 48 -> 24 bytes at 64 heads, 56 -> 128 at 32): landed, then reverted.
+EDITS["recprefetch"] = [("  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n",
+                         "  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n"
+                         "  if (tid == 32 && args.mode == kModeTable)  // recprefetch: the record's line under the prologue\n"
+                         "    asm volatile(\"prefetch.global.L1 [%0];\" ::\"l\"(args.records + (long long)blockIdx.x * kRecordInts));\n")]
 # The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
 # column's -kI8KeyBias * qsum (the value the bias slice sums to), each unit's accumulator is
 # written from it before the wgmma fence (init_acc), and the four k-slices accumulate onto it

@@ -1712,10 +1712,6 @@ __global__ void __launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1) mqa_lo
   const SeqView sv = seq_view(args);
   const int tid = threadIdx.x, lane = tid & 31;
   if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base
-  // Every walk starts with this program's Table record: its line is asked into L1 now, so the trip
-  // from memory runs under the prologue below (docs/perf-notes.md, thirty-ninth session).
-  if (tid == 32 && args.mode == kModeTable)
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(args.records + (long long)blockIdx.x * kRecordInts));
   if (tid == 0) {
 #pragma unroll
     for (int c = 0; c < CONS; ++c)
