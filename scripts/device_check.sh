@@ -13,8 +13,6 @@
 #             --quick), e.g. BENCH_ARGS="--suite deepseek_v4 --quick --best --peer deepgemm"
 #             (DeepGEMM then builds in the background from the start, as for `peer`); BENCH_LOG
 #             names where every candidate's JSON line goes (default /tmp: not returned)
-# The install's and the builds' logs stay in /tmp unless they fail (the device tool returns at
-# most 8 files); the opus build's ptxas lines are in /tmp/opus_build.log.
 #   tune      a model's table re-tuned on this card into $out/tune.csv (TUNE_ARGS; default the V4
 #             quick suite, 100 ms a candidate, the two fastest re-timed), merged into the shipped
 #             table on the CPU machine with `tune merge` (docs/tuning.md); with TUNE_CARD set (e.g.
@@ -22,6 +20,8 @@
 #   ablations the run.sh of each folder in ABLATIONS (scripts/i8_ablations.py --out folders, carried;
 #             their binaries are built on the CPU machine), each log to $out/<folder>.log and its
 #             table printed (i8_ablations.py --summarize)
+# The install's and the builds' logs stay in /tmp unless they fail (the device tool returns at
+# most 8 files); the opus build's ptxas lines are in /tmp/opus_build.log.
 set -uo pipefail
 out=${OUT:-device-out}; mkdir -p "$out"
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache} XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/xdg-cache}
