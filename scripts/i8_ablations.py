@@ -1070,6 +1070,16 @@ EDITS["recprefetch"] = [("  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != k
                          "  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != kI8SmemBase) __trap();  // the descriptors' base\n"
                          "  if (tid == 32 && args.mode == kModeTable)  // recprefetch: the record's line under the prologue\n"
                          "    asm volatile(\"prefetch.global.L1 [%0];\" ::\"l\"(args.records + (long long)blockIdx.x * kRecordInts));\n")]
+# The same prefetch one line earlier, before the shared-memory base check (`recprefetchw`): the
+# only form of four tried (there; in thread 0's barrier block; before the fence) that leaves every
+# i8 body's allocation as it is, at 32 and 64 heads (the same local loads and stores, stack
+# unchanged; `recprefetch` took r2w12 and r4w12 at 64 heads from 108 to 89 local stores and 144 to
+# 89 local loads, and r4w12 at 32 heads to 128 bytes of stack), so its A/B times the prefetch
+# alone (docs/perf-notes.md, thirty-ninth session).
+EDITS["recprefetchw"] = [("  const int tid = threadIdx.x, lane = tid & 31;\n",
+                          "  const int tid = threadIdx.x, lane = tid & 31;\n"
+                          "  if (tid == 32 && args.mode == kModeTable)  // recprefetchw: the record's line under the prologue\n"
+                          "    asm volatile(\"prefetch.global.L1 [%0];\" ::\"l\"(args.records + (long long)blockIdx.x * kRecordInts));\n")]
 # The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
 # column's -kI8KeyBias * qsum (the value the bias slice sums to), each unit's accumulator is
 # written from it before the wgmma fence (init_acc), and the four k-slices accumulate onto it
