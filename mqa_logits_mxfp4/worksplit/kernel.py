@@ -116,8 +116,9 @@ def table_point(x, ccum, cost, ucum, units, lo, span, setup, grain, STAGE: tl.co
 
 @triton.jit
 def allot_point(i, before, seq_runs, runs, run, ucum, units, lo, span, STAGE: tl.constexpr):
-    """Run i's first unit of an allotment (table_allot's sums: the runs each sequence's groups
-    are cut into, the runs and units before it; the runs a group and the stages a run)."""
+    """Run i's first unit of an allotment (worksplit/rules.py's run_starts), from table_allot's
+    sums: the runs each sequence's groups are cut into, the runs and units before it; the runs a
+    group and the stages a run."""
     hit = (before <= i) & (i < before + seq_runs)  # the one sequence i falls in (none: i is past them)
     j = tl.where(hit, i - before, 0)
     group = j // tl.maximum(runs, 1)
@@ -131,7 +132,7 @@ def allot_point(i, before, seq_runs, runs, run, ucum, units, lo, span, STAGE: tl
 @triton.jit
 def table_allot(units, groups, lo, span, k, nprog, STAGE: tl.constexpr, ROUND: tl.constexpr, SETUP: tl.constexpr):
     """(program k's first unit, its last, whether the split allots) by worksplit/rules.py's
-    allot_run and table_allot: the programs allotted to row groups, one run of a group's stages
+    allot_run and allot_unit: the programs allotted to row groups, one run of a group's stages
     each, program k starting run ceil(k x runs / nprog). With more groups than programs it cannot
     allot, and the run's search is skipped."""
     stages = tl.where(groups > 0, tl.cdiv(lo + span, STAGE) - lo // STAGE, 0)

@@ -15,7 +15,7 @@ first does, so it is common to them; docs/perf-notes.md, fifteenth session: the 
 shapes 2-15% faster on the H200). Table mode's records may place the programs' ends by an
 instance's own split (`table_unit`): the same units, ends moved onto its stage rounds, or each
 program given one run of stages of one group where every group can have programs of its own
-(`allot_run`, `table_allot`). Prefill program (g, part) takes global rows [g*R, g*R+R), split at
+(`allot_run`, `allot_unit`). Prefill program (g, part) takes global rows [g*R, g*R+R), split at
 sequence starts, and cuts each piece's tiles [start // BLOCK_N, ceil(end / BLOCK_N)) (its first
 row's start, its last row's end) into `parts` equal shares.
 Tile numbers in pieces are the sequence's own (absolute): key n lies in tile n // BLOCK_N.
@@ -151,7 +151,7 @@ def allot_run(seqs: Sequence[tuple[int, int, int, int, int, int]], nprog: int,
     stages a program holds for which every group's stages, cut into runs of L from its first
     stage, need no more than nprog programs (past one round, L is rounded up to whole rounds);
     the programs take the runs in unit order, one run each, spread evenly over the program ids
-    (table_allot), and the programs between them hold nothing. No program then sets up a second
+    (allot_unit), and the programs between them hold nothing. No program then sets up a second
     group, which the cost split cannot promise: a program whose range crosses a group's start pays
     its set-up on top of its tiles. Allotted only when L x stage is within a later set-up's charge
     of the mean tiles a program (a few long groups among short ones are cheaper cut across
@@ -177,33 +177,26 @@ def allot_run(seqs: Sequence[tuple[int, int, int, int, int, int]], nprog: int,
     return None if run * stage * nprog > tiles + setup * nprog else run
 
 
-def group_runs(seqs: Sequence[tuple[int, int, int, int, int, int]], run: int, stage: int) -> list[int]:
-    """The runs of `run` stages that each group of a sequence is cut into (0: it has no group)."""
-    return [cdiv(group_stages(lo, stride - PIECE_COST, stage), run) if units // stride else 0
-            for _, _, _, lo, stride, units in seqs]
-
-
-def table_allot(seqs: Sequence[tuple[int, int, int, int, int, int]], k: int, nprog: int, run: int,
-                stage: int) -> int:
-    """Table program k's first unit (k = nprog: the total) when the programs are allotted to row
-    groups in runs of `run` stages (allot_run): program k starts run ceil(k x runs / nprog), so
-    where the runs are fewer than the programs the working programs are spread evenly over the
-    ids (as the cost split's are), not packed into the first ones (docs/perf-notes.md,
-    thirty-ninth session); the first run of a group starts at its set-up units, a later one on
-    its stage."""
-    runs_of = group_runs(seqs, run, stage)
-    total_runs = sum(units // stride * runs for (*_, stride, units), runs in zip(seqs, runs_of))
-    first = cdiv(k * total_runs, nprog)  # the run program k starts
-    before = ucum = 0  # runs and units before the sequence
-    for (_, _, _, lo, stride, units), runs in zip(seqs, runs_of):
-        g = units // stride
-        if first < before + g * runs:
-            group, part = divmod(first - before, runs)
-            gstart = ucum + group * stride
-            return gstart if part == 0 else gstart + PIECE_COST + lo - lo % stage + part * run * stage - lo
-        before += g * runs
+def run_starts(seqs: Sequence[tuple[int, int, int, int, int, int]], run: int, stage: int) -> list[int]:
+    """Every run's first unit, in unit order, then the total, when the groups are cut into runs of
+    `run` stages (allot_run): a group's first run starts at its set-up units, a later one on its
+    stage."""
+    starts, ucum = [], 0
+    for _, _, _, lo, stride, units in seqs:
+        runs = cdiv(group_stages(lo, stride - PIECE_COST, stage), run)
+        origin = PIECE_COST - lo % stage  # the group's first stage, in units from the group's start
+        for gstart in range(ucum, ucum + units // stride * stride, stride):
+            starts += [gstart] + [gstart + origin + part * run * stage for part in range(1, runs)]
         ucum += units
-    return ucum
+    return starts + [ucum]
+
+
+def allot_unit(starts: list[int], k: int, nprog: int) -> int:
+    """Table program k's first unit (k = nprog: the total) of an allotment whose runs start at
+    `starts` (run_starts): program k starts run ceil(k x runs / nprog), so where the runs are fewer
+    than the programs the working programs are spread evenly over the ids (as the cost split's
+    are), not packed into the first ones (docs/perf-notes.md, thirty-ninth session)."""
+    return starts[cdiv(k * (len(starts) - 1), nprog)]
 
 
 def cost_unit(seqs: Sequence[tuple[int, int, int, int, int, int]], k: int, nprog: int,
@@ -239,15 +232,17 @@ def table_ends(seqs: Sequence[tuple[int, int, int, int, int, int]], nprog: int,
     """Every Table program's first unit and the total (table_unit at k = 0 .. nprog), the
     allotment's run found once. `seqs`: seq_units of every sequence."""
     run = allot_run(seqs, nprog, split)
-    return [cost_unit(seqs, k, nprog, split) if run is None
-            else table_allot(seqs, k, nprog, run, split[0]) for k in range(nprog + 1)]
+    if run is None:
+        return [cost_unit(seqs, k, nprog, split) for k in range(nprog + 1)]
+    starts = run_starts(seqs, run, split[0])
+    return [allot_unit(starts, k, nprog) for k in range(nprog + 1)]
 
 
 def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, rows: int, block_n: int,
                split: tuple[int, int, int] = UNIT_SPLIT, cap: int = NO_CAP,
                row_starts: Sequence[int] | None = None) -> int:
     """Table program k's first unit (k = nprog: the total), by the instance's split (stage, round,
-    setup): the allotment's (allot_run, table_allot) where it allots the programs to groups, else
+    setup): the allotment's (allot_run, allot_unit) where it allots the programs to groups, else
     this cost split (cost_unit). The programs share a cost in which each group counts `setup` tiles
     and then its tiles; program k starts at the point k / nprog of it, moved to the group and tile
     it falls in (a point inside a group's set-up stays among the group's set-up units, which hold no
@@ -263,7 +258,9 @@ def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, 
     (docs/perf-notes.md, thirty-fourth session). UNIT_SPLIT gives cta_range's ends."""
     seqs = [seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts) for s in range(len(qsl) - 1)]
     run = allot_run(seqs, nprog, split)
-    return cost_unit(seqs, k, nprog, split) if run is None else table_allot(seqs, k, nprog, run, split[0])
+    if run is None:
+        return cost_unit(seqs, k, nprog, split)
+    return allot_unit(run_starts(seqs, run, split[0]), k, nprog)
 
 
 def schedule_records(qsl: Sequence[int], row_ends: Sequence[int], nprog: int, rows: int,

@@ -230,7 +230,7 @@ OPUS_HD int64_t allot_runs(const SeqView& sv, int rows, int run, int stage) {
 
 // Table program k's first unit when the programs are allotted to row groups (one run of a
 // group's stages each, spread evenly over the program ids), serially: worksplit/rules.py's
-// allot_run (which says when and why) and table_allot; -1 where it does not allot.
+// allot_run (which says when and why), run_starts and allot_unit; -1 where it does not allot.
 OPUS_HD int64_t table_allot_serial(const SeqView& sv, int rows, int k, int nprog, const TableSplit& split) {
   if (split.stage * split.rounds == 1) return -1;  // the units' own split
   int64_t groups = 0, tiles = 0;
