@@ -36,10 +36,13 @@ if [[ ( " ${steps[*]} " == *" peer "* || ${BENCH_ARGS:-} == *--peer* ) && -d .pe
   (bash .peers/build_deepgemm.sh .peers /tmp/dg_site >/tmp/deepgemm_build.log 2>&1; echo $? >/tmp/dg_rc) &
   peer_build=$!
 fi
-peer_ready() {  # the background DeepGEMM build finished (its log returned if it failed)
+peer_ready() {  # the background DeepGEMM build finished (its log returned if the site fails to import)
   if [[ -n $peer_build ]]; then
     wait "$peer_build"; peer_build=
-    [[ $(cat /tmp/dg_rc 2>/dev/null) == 0 ]] || cp /tmp/deepgemm_build.log "$out/" 2>/dev/null
+    # the build script's own last check imports from its source folder, whose deep_gemm/ (no _C)
+    # shadows the built one: its rc can be 1 with a working site, so the import is the check
+    (cd /tmp && PYTHONPATH=/tmp/dg_site python3 -c 'import deep_gemm' >/dev/null 2>&1) ||
+      cp /tmp/deepgemm_build.log "$out/" 2>/dev/null
   fi
   return 0
 }
@@ -84,8 +87,6 @@ for what in "${steps[@]}"; do
     rc=$((rc | ${PIPESTATUS[0]})) ;;
   peer)
     peer_ready
-    # the build script's own last check imports from its source folder, whose deep_gemm/ (no _C)
-    # shadows the built one: its rc can be 1 with a working site; this import is the check
     echo "deepgemm build rc=$(cat /tmp/dg_rc 2>/dev/null); import from the site: $(cd /tmp && PYTHONPATH=/tmp/dg_site \
       python3 -c 'import deep_gemm; print("ok", deep_gemm.__version__)' 2>&1 | tail -1)"
     PYTHONPATH=/tmp/dg_site:${PYTHONPATH:-} timeout "${PEER_TIMEOUT:-600}" python3 scripts/peer_compare.py \
