@@ -446,7 +446,7 @@ struct I8Producer {
       // the next stage's table entry is read while this stage waits for its slot and copies
       const long long next = bulk ? chunk_slot(bt_row, n0 + STEP, gbeg, gend) : -2;
       const int s = ring.slot;
-      mbar_wait(&sm.empty[c][s], ring.phase ^ 1u);
+      mbar_wait_sleep(&sm.empty[c][s], ring.phase ^ 1u);
       union_keys(p, n0, gend, s);
       if (bulk)
         load_stage_bulk(sm.stage[c][s], &sm.full[c][s], slot);

@@ -52,6 +52,29 @@ OPUS_DEV void mbar_wait(uint64_t* bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+// mbar_wait for a warp that has nothing else to do meanwhile (a producer waiting for an empty
+// slot): a failed try sleeps ~128 ns before the next, so the waiting warp leaves the issue slots
+// of its scheduler to the consumer warps there. try_wait's own time limit is short (the i8
+// producer tried ~58 times a stage where the consumers set the pace) and ptxas drops a
+// suspend-time hint on sm_90 (docs/perf-notes.md, fortieth session).
+OPUS_DEV void mbar_wait_sleep(uint64_t* bar, uint32_t parity) {
+#ifdef OPUS_MBAR_WATCHDOG
+  mbar_wait(bar, parity);
+#else
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@done bra end_%=;\n"
+      "nanosleep.u32 128;\n"
+      "bra wait_%=;\n"
+      "end_%=:\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
 // The barrier's arrival of this thread fires once all its earlier cp.async copies have landed
 // (.noinc: the arrival is one of the barrier's expected count).
 OPUS_DEV void cp_async_arrive(uint64_t* bar) {
