@@ -1075,7 +1075,8 @@ EDITS["recprefetch"] = [("  if (tid == 0 && (smem_addr(i8_smem) & 0x3FFFFu) != k
 # i8 body's allocation as it is, at 32 and 64 heads (the same local loads and stores, stack
 # unchanged; `recprefetch` took r2w12 and r4w12 at 64 heads from 108 to 89 local stores and 144 to
 # 89 local loads, and r4w12 at 32 heads to 128 bytes of stack), so its A/B times the prefetch
-# alone (docs/perf-notes.md, thirty-ninth session).
+# alone (docs/perf-notes.md, thirty-ninth session). Fortieth session (H100): no gain (r1w12 -0.4
+# to -2.1%, r2w12 +2 to +6.8% at one and eight sequences): recprefetch's gain was the allocation.
 EDITS["recprefetchw"] = [("  const int tid = threadIdx.x, lane = tid & 31;\n",
                           "  const int tid = threadIdx.x, lane = tid & 31;\n"
                           "  if (tid == 32 && args.mode == kModeTable)  // recprefetchw: the record's line under the prologue\n"
