@@ -41,8 +41,10 @@ peer_ready() {  # the background DeepGEMM build finished (its log returned if th
     wait "$peer_build"; peer_build=
     # the build script's own last check imports from its source folder, whose deep_gemm/ (no _C)
     # shadows the built one: its rc can be 1 with a working site, so the import is the check
-    (cd /tmp && PYTHONPATH=/tmp/dg_site python3 -c 'import deep_gemm' >/dev/null 2>&1) ||
-      cp /tmp/deepgemm_build.log "$out/" 2>/dev/null
+    local site
+    site=$(cd /tmp && PYTHONPATH=/tmp/dg_site python3 -c 'import deep_gemm; print("ok", deep_gemm.__version__)' 2>&1 | tail -1)
+    echo "deepgemm build rc=$(cat /tmp/dg_rc 2>/dev/null); import from the site: $site"
+    [[ $site == ok* ]] || cp /tmp/deepgemm_build.log "$out/" 2>/dev/null
   fi
   return 0
 }
@@ -87,8 +89,6 @@ for what in "${steps[@]}"; do
     rc=$((rc | ${PIPESTATUS[0]})) ;;
   peer)
     peer_ready
-    echo "deepgemm build rc=$(cat /tmp/dg_rc 2>/dev/null); import from the site: $(cd /tmp && PYTHONPATH=/tmp/dg_site \
-      python3 -c 'import deep_gemm; print("ok", deep_gemm.__version__)' 2>&1 | tail -1)"
     PYTHONPATH=/tmp/dg_site:${PYTHONPATH:-} timeout "${PEER_TIMEOUT:-600}" python3 scripts/peer_compare.py \
       --csv "$out/peer.csv" ${PEER_ARGS:-} 2>&1 | tee "$out/peer.log" | tail -60
     rc=$((rc | ${PIPESTATUS[0]})) ;;

@@ -257,10 +257,7 @@ def table_unit(qsl: Sequence[int], row_ends: Sequence[int], k: int, nprog: int, 
     rounding to a round would leave programs idle and give the others two stages a consumer
     (docs/perf-notes.md, thirty-fourth session). UNIT_SPLIT gives cta_range's ends."""
     seqs = [seq_units(qsl, row_ends, s, rows, block_n, cap, row_starts) for s in range(len(qsl) - 1)]
-    run = allot_run(seqs, nprog, split)
-    if run is None:
-        return cost_unit(seqs, k, nprog, split)
-    return allot_unit(run_starts(seqs, run, split[0]), k, nprog)
+    return table_ends(seqs, nprog, split)[k]
 
 
 def schedule_records(qsl: Sequence[int], row_ends: Sequence[int], nprog: int, rows: int,
