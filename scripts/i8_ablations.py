@@ -1085,6 +1085,43 @@ EDITS["recprefetchw"] = [("  const int tid = threadIdx.x, lane = tid & 31;\n",
 # ns, measured 0.4-1.3% faster on 9 of 10 cells and landed (mbar_wait_sleep, sm90_ptx.cuh;
 # docs/perf-notes.md, fortieth session); waitsleep32, 32 ns, measured beside it.
 EDITS["waitsleep32"] = [("sm90_ptx.cuh", '      "nanosleep.u32 128;\\n"\n', '      "nanosleep.u32 32;\\n"\n')]
+# One accumulator a consumer at one chunk (the fast path's second, 32 registers a thread, freed):
+# unit u's wgmma runs while M block u + 1 is read and converted and unit u - 1's sums stored; its
+# epilogue follows its own wait, overlapped only by the other consumers' work (docs/perf-notes.md,
+# forty-first session). The kernels of several chunks keep the base's pipeline. Exact.
+EDITS["acc1"] = [("    constexpr int U = SPAN * S::CHUNKS;  // units of a span\n",
+                  "    if constexpr (S::CHUNKS == 1) {\n"
+                  "      const int mb0 = SPAN * sp;\n"
+                  "      float scale[2] = {0.0f, 0.0f};\n"
+                  "      auto prep = [&](int ml) {\n"
+                  "        const int mb = mb0 + ml;\n"
+                  "        const uint32_t off = pick(offsets, mb >> 1);\n"
+                  "        int d[2];\n"
+                  "#pragma unroll\n"
+                  "        for (int k = 0; k < 2; ++k) d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;\n"
+                  "        scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));\n"
+                  "        if (mb > 0) load_raw(raw_base, mb, raw);\n"
+                  "        if (mb == S::MB - 1) release(empty);\n"
+                  "        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n"
+                  "      };\n"
+                  "      prep(0);\n"
+                  "      float pend[RPC][2];\n"
+                  "#pragma unroll\n"
+                  "      for (int u = 0; u < SPAN; ++u) {\n"
+                  "        wgmma_fence();\n"
+                  "        mma_chunk_fast<S::NC>(acc[0], afr[u & 1], 0);\n"
+                  "        wgmma_commit();\n"
+                  "        if (u > 0) store_unit(u - 1, pend, n0, scale[(u - 1) & 1], mb0);\n"
+                  "        if (u + 1 < SPAN) prep(u + 1);\n"
+                  "        float wv[S::NT][2];\n"
+                  "        unit_weights(0, wv);\n"
+                  "        retired<0>(acc[0]);\n"
+                  "        unit_sums(acc[0], wv, pend);\n"
+                  "      }\n"
+                  "      store_unit(SPAN - 1, pend, n0, scale[(SPAN - 1) & 1], mb0);\n"
+                  "      return;\n"
+                  "    }\n"
+                  "    constexpr int U = SPAN * S::CHUNKS;  // units of a span\n")]
 # The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
 # column's -kI8KeyBias * qsum (the value the bias slice sums to), each unit's accumulator is
 # written from it before the wgmma fence (init_acc), and the four k-slices accumulate onto it
