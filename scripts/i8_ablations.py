@@ -1454,6 +1454,7 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
           "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],
           "nomemnovotenostoreonetable": ["nomem", "novote", "nostore", "onetable"],
+          "emptyends": ["empty", "ctaends"],
           "before": ["span4", "relusat"],
           "simple": ["relusat", "nospread"],
           "splitr2signed": ["splitr2", "signedss"]}
