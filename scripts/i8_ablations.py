@@ -1122,6 +1122,79 @@ EDITS["acc1"] = [("    constexpr int U = SPAN * S::CHUNKS;  // units of a span\n
                   "      return;\n"
                   "    }\n"
                   "    constexpr int U = SPAN * S::CHUNKS;  // units of a span\n")]
+# A claimed tail (Table mode; a prototype that measures what balancing the CTAs' ends is worth,
+# docs/perf-notes.md, forty-first session): each program's record keeps its last kTailTiles tiles
+# (aligned down to 8 of the group's tiles) as a tail -- fields 8-10: the tail's first unit, its
+# sequence and the units before it -- and walks only [u_begin, tail); a program whose walk is done
+# claims tails by an atomic on a counter in program 0's record (field 14), tail k being program
+# k's, until none is left. Producer warp 0's lane 0 claims for its CTA and publishes each claim in
+# shared memory (I8Smem::claims), every other role reads it there in the same order; the last
+# CTA's warp 0 to finish (field 15 counts them) zeroes both counters for the next launch. The
+# harness's records only (args.h's kRecordInts grows to 16; the op's records kernel is not
+# changed). Exact: every unit is walked once, by its owner or by its tail's claimer.
+def _tailclaim(tiles: int) -> list:
+    return [
+        ("args.h", "constexpr int kRecordInts = 8; ", "constexpr int kRecordInts = 16;"),
+        ("worksplit.h", "  if (cr.b < sv.num_seqs) {\n    int end;\n    sv.bounds(cr.b, rec[4], rec[5], end, rec[6], rec[7]);\n  }\n",
+         "  if (cr.b < sv.num_seqs) {\n    int end;\n    sv.bounds(cr.b, rec[4], rec[5], end, rec[6], rec[7]);\n  }\n"
+         f"  int u_mid = cr.u_end - {tiles};\n"
+         "  if (u_mid <= cr.u_begin) {\n    u_mid = cr.u_begin;\n  } else {\n"
+         "    CtaRange m{u_mid, 0, 0, 0};\n    first_seq_serial(sv, rows, m);\n"
+         "    int qa, qb, end, lo, span;\n    sv.bounds(m.b, qa, qb, end, lo, span);\n"
+         "    const int stride = kPieceCost + span, j = (u_mid - m.base) / stride, off = u_mid - m.base - j * stride - kPieceCost;\n"
+         "    const int gstart = m.base + j * stride;\n"
+         "    u_mid = off <= 0 ? gstart : gstart + kPieceCost + imax((lo + off) / 8 * 8 - lo, 0);\n"
+         "    u_mid = imax(u_mid, cr.u_begin);\n  }\n"
+         "  CtaRange t{u_mid, 0, 0, 0};\n  first_seq_serial(sv, rows, t);\n"
+         "  rec[8] = u_mid;\n  rec[9] = t.b;\n  rec[10] = t.base;\n"),
+        ("  int range[4];\n", "  int range[4];\n  int claims[32];                     // tailclaim: the tails this CTA claimed, in order (INT_MIN: not yet)\n"),
+        ("  bool prefill = false;\n", "  bool prefill = false;\n  int* claims = nullptr;  // Table mode: the CTA's claims (I8Smem::claims)\n  int nclaim = 0;\n"),
+        ("    return prefill ? pi.next(sv, p) : fi.next(sv, rows, p, rec);\n",
+         "    if (prefill) return pi.next(sv, p);\n"
+         "    while (true) {\n"
+         "      if (fi.next(sv, rows, p, rec)) return true;\n"
+         "      if (claims == nullptr || nclaim >= 31) return false;\n"
+         "      const int k = claim(args, nclaim++);\n"
+         "      if (k < 0) return false;\n"
+         "      const int32_t* r = args.records + (long long)k * kRecordInts;\n"
+         "      fi = FreeIter{r[8], r[1], r[9], r[10]};\n"
+         "    }\n"
+         "  }\n"
+         "  OPUS_DEV int claim(const LaunchArgs& args, int j) const {\n"
+         "    volatile int* c = claims;\n"
+         "    if (threadIdx.x < 32) {\n"
+         "      int k = 0;\n"
+         "      if (threadIdx.x == 0) {\n"
+         "        const int t = atomicAdd(const_cast<int32_t*>(args.records) + 14, 1);\n"
+         "        k = t < int(gridDim.x) ? t : -1;\n"
+         "        c[j] = k;\n"
+         "      }\n"
+         "      return __shfl_sync(0xFFFFFFFFu, k, 0);\n"
+         "    }\n"
+         "    int v;\n"
+         "    while ((v = c[j]) == int(0x80000000u)) __nanosleep(64);\n"
+         "    return v;\n"),
+        ("  if (tid < 4) sm.tables[tid] = i8_table(tid);\n",
+         "  if (tid < 4) sm.tables[tid] = i8_table(tid);\n  if (tid < 32) sm.claims[tid] = int(0x80000000u);\n"),
+        ("  PieceWalk walk = make_walk(args, sv, R, sm.range);\n",
+         "  PieceWalk walk = make_walk(args, sv, R, sm.range);\n"
+         "  if (args.mode == kModeTable) {\n"
+         "    walk.claims = sm.claims;\n"
+         "    walk.fi.u_end = args.records[(long long)blockIdx.x * kRecordInts + 8];\n"
+         "  }\n"),
+        ("    asm volatile(\"cp.async.wait_all;\" ::: \"memory\");  // nothing in flight when the warp exits\n",
+         "    asm volatile(\"cp.async.wait_all;\" ::: \"memory\");  // nothing in flight when the warp exits\n"
+         "    if (args.mode == kModeTable && tid == 0) {\n"
+         "      int32_t* r0 = const_cast<int32_t*>(args.records);\n"
+         "      if (atomicAdd(r0 + 15, 1) == int(gridDim.x) - 1) {\n"
+         "        atomicExch(r0 + 14, 0);\n"
+         "        atomicExch(r0 + 15, 0);\n"
+         "      }\n"
+         "    }\n"),
+    ]
+EDITS["tailclaim16"] = _tailclaim(16)
+EDITS["tailclaim32"] = _tailclaim(32)
+EDITS["tailclaim64"] = _tailclaim(64)
 # The bias's correction as the accumulator's start, not a fifth wgmma: the set-up keeps each
 # column's -kI8KeyBias * qsum (the value the bias slice sums to), each unit's accumulator is
 # written from it before the wgmma fence (init_acc), and the four k-slices accumulate onto it
