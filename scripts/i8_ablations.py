@@ -1528,6 +1528,8 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],
           "nomemnovotenostoreonetable": ["nomem", "novote", "nostore", "onetable"],
           "emptyends": ["empty", "ctaends"],
+          "nomemnovotenoconv": ["nomem", "novote", "noconv"], "nomemnovotenoepi": ["nomem", "novote", "noepi"],
+          "nomemnovotenobias": ["nomem", "novote", "nobias"], "nomemnovotenoconvepinobias": ["nomem", "novote", "noconv", "noepi", "nobias"],
           "before": ["span4", "relusat"],
           "simple": ["relusat", "nospread"],
           "splitr2signed": ["splitr2", "signedss"]}
