@@ -1192,6 +1192,12 @@ def _tailclaim(tiles: int) -> list:
          "      }\n"
          "    }\n"),
     ]
+# The two-consumer bodies' ring one and two stages deeper (1280 and 1536 keys a consumer, 1024
+# in the kernel): whether the memory side and the consumers, equal at MTP 1, couple through the
+# ring's depth (docs/perf-notes.md, forty-first session). Exact.
+_RING = "  static constexpr int STAGES = SPLIT ? 2 : (CONS == 3 ? 768 : 1024) / KEYS;\n"
+EDITS["ring5"] = [(_RING, _RING.replace("1024", "1280"))]
+EDITS["ring6"] = [(_RING, _RING.replace("1024", "1536"))]
 EDITS["tailclaim16"] = _tailclaim(16)
 EDITS["tailclaim32"] = _tailclaim(32)
 EDITS["tailclaim64"] = _tailclaim(64)
