@@ -1534,6 +1534,7 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],
           "nomemnovotenostoreonetable": ["nomem", "novote", "nostore", "onetable"],
           "emptyends": ["empty", "ctaends"],
+          "nomemnovotesplit": ["nomem", "novote", "splitnovote"],
           "nomemnovotenoconv": ["nomem", "novote", "noconv"], "nomemnovotenoepi": ["nomem", "novote", "noepi"],
           "nomemnovotenobias": ["nomem", "novote", "nobias"], "nomemnovotenoconvepinobias": ["nomem", "novote", "noconv", "noepi", "nobias"],
           "before": ["span4", "relusat"],
