@@ -31,6 +31,8 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,pc4,onesetup,onesetuppc4 --ids 20,16,17  # a free later set-up's bound
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
     python3 scripts/i8_ablations.py --summarize log   # the medians as a markdown table, changes from base
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,empty,nomemnovote --table \\
+        --jobs '16 1 64 32768;17 2 64 32768'   # Table mode, each id its own shapes: a call's two sides alone
     python3 scripts/i8_ablations.py --apply prefetchq   # land an exact variant the H200 measured (then the GPU suite)
 
 Each variant is exact text edits of kernel_sm90_i8.cuh; an edit whose text is no longer there
@@ -1649,6 +1651,29 @@ def summarize(log: str) -> str:
     return "\n".join(out)
 
 
+def run_script(variants: list[str], jobs: list[tuple[int, str]], rounds: int, heads: int = 64,
+               prefill: bool = False, table: bool = False) -> list[str]:
+    """run.sh's lines: each job (a registry id and 'ROWS SEQS KEYS') timed under every variant back to
+    back, the variants' order reversed every other round, so a variant and its base meet the same
+    machine state (the order of the A/Bs in docs/perf-notes.md)."""
+    lines = ["#!/usr/bin/env bash",
+             "# made by scripts/i8_ablations.py: each job under every variant in turn, the order reversed every other round",
+             'cd "$(dirname "${BASH_SOURCE[0]}")"']
+    if table:
+        lines.append("export TABLE=1")
+    for r in range(rounds):
+        for i, shape in jobs:
+            for v in (variants if r % 2 == 0 else variants[::-1]):
+                parts = set(COMBOS.get(v, [v]))
+                env = "STAMPS=1 " if {"stamps", "warmstamps", "qpiecestamps", "ctaends", "piecetimes", "boundary"} & parts else ""
+                env += "CTADUMP=1 " if "piecetimes" in parts else ""
+                env += "CTADUMP=raw " if "boundary" in parts else ""
+                env += "PREFILL=1 " if prefill else ""
+                env += f"HEADS={heads} " if heads != 64 else ""
+                lines.append(f'echo -n "{v}: "; {env}timeout 60 ./bin/{v} {i} {shape} 20')
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="a folder of the checkout that is ignored (carry it)")
@@ -1662,6 +1687,10 @@ def main() -> int:
     ap.add_argument("--prefill", action="store_true", help="time Prefill-mode calls (the harness's PREFILL=1); "
                     "give the shapes, e.g. --shapes '16384 1 16384'")
     ap.add_argument("--shapes", default="", help="';'-separated 'ROWS SEQS KEYS' for every id instead of the defaults")
+    ap.add_argument("--jobs", default="", help="';'-separated 'ID ROWS SEQS KEYS' (each id its own shapes) instead of "
+                    "every --ids x --shapes pair")
+    ap.add_argument("--table", action="store_true", help="time Table-mode calls (the harness's TABLE=1: the op's "
+                    "decode schedule)")
     ap.add_argument("--csrc", type=Path, default=CSRC, help="the kernel tree to start from (default: this checkout's; "
                     "e.g. an older commit's, from `git archive`)")
     ap.add_argument("--summarize", type=Path, metavar="LOG", help="print a run.sh log as a markdown table and stop")
@@ -1681,24 +1710,16 @@ def main() -> int:
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         ap.error(f"unknown variants {unknown}")
-    ids = [int(i) for i in a.ids.split(",")]
+    jobs = ([(int(j.split(maxsplit=1)[0]), j.split(maxsplit=1)[1].strip()) for j in a.jobs.split(";") if j.strip()]
+            if a.jobs else [])
+    ids = sorted({i for i, _ in jobs}) if jobs else [int(i) for i in a.ids.split(",")]
     (a.out / "bin").mkdir(parents=True, exist_ok=True)
     trees = {v: make_tree(a.out, v, ids, a.csrc, a.heads) for v in variants}
     with ThreadPoolExecutor(max_workers=2) as pool:
         for line in pool.map(lambda v: build(a.out, v, trees[v]), variants):
             print(line)
-    lines = ["#!/usr/bin/env bash", "# made by scripts/i8_ablations.py: every variant, every shape, alternating rounds",
-             'cd "$(dirname "${BASH_SOURCE[0]}")"']
-    for _ in range(a.rounds):
-        for v in variants:
-            for i in ids:
-                for shape in (a.shapes.split(";") if a.shapes else SHAPES.get(i, [])):
-                    env = "STAMPS=1 " if {"stamps", "warmstamps", "qpiecestamps", "ctaends", "piecetimes", "boundary"} & set(COMBOS.get(v, [v])) else ""
-                    env += "CTADUMP=1 " if "piecetimes" in COMBOS.get(v, [v]) else ""
-                    env += "CTADUMP=raw " if "boundary" in COMBOS.get(v, [v]) else ""
-                    env += "PREFILL=1 " if a.prefill else ""
-                    env += f"HEADS={a.heads} " if a.heads != 64 else ""
-                    lines.append(f'echo -n "{v}: "; {env}timeout 60 ./bin/{v} {i} {shape} 20')
+    jobs = jobs or [(i, shape) for i in ids for shape in (a.shapes.split(";") if a.shapes else SHAPES.get(i, []))]
+    lines = run_script(variants, jobs, a.rounds, heads=a.heads, prefill=a.prefill, table=a.table)
     (a.out / "run.sh").write_text("\n".join(lines) + "\n")
     print(f"wrote {a.out / 'run.sh'}")
     return 0
