@@ -1125,8 +1125,8 @@ EDITS["acc1"] = [("    constexpr int U = SPAN * S::CHUNKS;  // units of a span\n
                   "    }\n"
                   "    constexpr int U = SPAN * S::CHUNKS;  // units of a span\n")]
 # A claimed tail (Table mode; a prototype that measures what balancing the CTAs' ends is worth,
-# docs/perf-notes.md, forty-first session): each program's record keeps its last kTailTiles tiles
-# (aligned down to 8 of the group's tiles) as a tail -- fields 8-10: the tail's first unit, its
+# docs/perf-notes.md, forty-first session): each program's record keeps its last 16, 32 or 64 units
+# (the tail's start aligned down to 8 of its group's tiles) as a tail -- fields 8-10: the tail's first unit, its
 # sequence and the units before it -- and walks only [u_begin, tail); a program whose walk is done
 # claims tails by an atomic on a counter in program 0's record (field 14), tail k being program
 # k's, until none is left. Producer warp 0's lane 0 claims for its CTA and publishes each claim in
@@ -1194,12 +1194,12 @@ def _tailclaim(tiles: int) -> list:
          "      }\n"
          "    }\n"),
     ]
-# The two-consumer bodies' ring one and two stages deeper (1280 and 1536 keys a consumer, 1024
-# in the kernel): whether the memory side and the consumers, equal at MTP 1, couple through the
-# ring's depth (docs/perf-notes.md, forty-first session). Exact.
+# The two-consumer bodies' ring one stage deeper (1280 keys a consumer, 1024 in the kernel; a
+# sixth stage does not fit 227 KB): whether the memory side and the consumers, equal at
+# MTP 1, couple through the ring's depth (docs/perf-notes.md, forty-first session: 1.3-4.6%
+# slower, the L1 it takes). Exact.
 _RING = "  static constexpr int STAGES = SPLIT ? 2 : (CONS == 3 ? 768 : 1024) / KEYS;\n"
 EDITS["ring5"] = [(_RING, _RING.replace("1024", "1280"))]
-EDITS["ring6"] = [(_RING, _RING.replace("1024", "1536"))]
 EDITS["tailclaim16"] = _tailclaim(16)
 EDITS["tailclaim32"] = _tailclaim(32)
 EDITS["tailclaim64"] = _tailclaim(64)
