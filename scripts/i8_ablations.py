@@ -1530,6 +1530,9 @@ EDITS["carve100"] = [("kernels.cu",
 # read a unit gone). Exact.
 EDITS["rows4"] = [("  static constexpr bool ROWS_IN_REGS = R <= 2;\n", "  static constexpr bool ROWS_IN_REGS = R <= 4;\n")]
 
+# the consumers alone (no keys' bytes, no vote), and their core: conversion, epilogue and bias slice out too
+_ALONE = ["nomem", "novote"]
+_CORE = [*_ALONE, "noconv", "noepi", "nobias"]
 COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
@@ -1537,12 +1540,11 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           "nomemnovotenostoreonetable": ["nomem", "novote", "nostore", "onetable"],
           "emptyends": ["empty", "ctaends"],
           "nomemnovotesplit": ["nomem", "novote", "splitnovote"],
-          "corenostore": ["nomem", "novote", "noconv", "noepi", "nobias", "nostore"],
-          "coreonetable": ["nomem", "novote", "noconv", "noepi", "nobias", "onetable"],
-          "corenomma": ["nomem", "novote", "noconv", "noepi", "nomma"],
-          "skeleton": ["nomem", "novote", "noconv", "noepi", "nostore", "onetable", "nomma"],
-          "nomemnovotenoconv": ["nomem", "novote", "noconv"], "nomemnovotenoepi": ["nomem", "novote", "noepi"],
-          "nomemnovotenobias": ["nomem", "novote", "nobias"], "nomemnovotenoconvepinobias": ["nomem", "novote", "noconv", "noepi", "nobias"],
+          "nomemnovotenoconv": [*_ALONE, "noconv"], "nomemnovotenoepi": [*_ALONE, "noepi"],
+          "nomemnovotenobias": [*_ALONE, "nobias"], "nomemnovotenoconvepinobias": _CORE,
+          "corenostore": [*_CORE, "nostore"], "coreonetable": [*_CORE, "onetable"],
+          "corenomma": [*_CORE[:-1], "nomma"],  # nomma replaces the bias slice's text too
+          "skeleton": [*_CORE[:-1], "nostore", "onetable", "nomma"],
           "before": ["span4", "relusat"],
           "simple": ["relusat", "nospread"],
           "splitr2signed": ["splitr2", "signedss"]}
@@ -1710,8 +1712,7 @@ def main() -> int:
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         ap.error(f"unknown variants {unknown}")
-    jobs = ([(int(j.split(maxsplit=1)[0]), j.split(maxsplit=1)[1].strip()) for j in a.jobs.split(";") if j.strip()]
-            if a.jobs else [])
+    jobs = [(int(i), shape.strip()) for i, shape in (j.split(maxsplit=1) for j in a.jobs.split(";") if j.strip())]
     ids = sorted({i for i, _ in jobs}) if jobs else [int(i) for i in a.ids.split(",")]
     (a.out / "bin").mkdir(parents=True, exist_ok=True)
     trees = {v: make_tree(a.out, v, ids, a.csrc, a.heads) for v in variants}
