@@ -1200,6 +1200,35 @@ def _tailclaim(tiles: int) -> list:
 # slower, the L1 it takes). Exact.
 _RING = "  static constexpr int STAGES = SPLIT ? 2 : (CONS == 3 ? 768 : 1024) / KEYS;\n"
 EDITS["ring5"] = [(_RING, _RING.replace("1024", "1280"))]
+# the producer's block-table entries a batch at a time: lane l reads the entry of chunk l % cps of
+# the stage l / cps of the next batch (cps chunks a stage, 32 / cps stages a batch: eight at page
+# 64), a batch ahead, and each stage takes its chunks' slots by shuffle -- one table round trip a
+# batch where the base waits one a stage whenever its ring runs dry (the skeleton's 28 us)
+_BT_LOOP_OLD = ("    long long slot = bulk ? chunk_slot(bt_row, n0, gbeg, gend) : -2;\n"
+                "#pragma unroll 1\n"
+                "    for (; n0 < kend; n0 += STEP, ring.advance()) {\n"
+                "      // the next stage's table entry is read while this stage waits for its slot and copies\n"
+                "      const long long next = bulk ? chunk_slot(bt_row, n0 + STEP, gbeg, gend) : -2;\n")
+_BT_LOOP_NEW = ("    const int cps = S::KEYS / chunk_keys(), ahead = 32 / cps, bj = lane / cps, bk = lane % cps;\n"
+                "    long long nxt = bulk ? chunk_slot_at(bt_row, n0 + bj * STEP, bk, gbeg, gend) : -2, cur = -2;\n"
+                "#pragma unroll 1\n"
+                "    for (int i = 0; n0 < kend; n0 += STEP, ring.advance(), ++i) {\n"
+                "      const int ib = i & (ahead - 1);\n"
+                "      if (ib == 0) {\n"
+                "        cur = nxt;\n"
+                "        nxt = bulk ? chunk_slot_at(bt_row, n0 + (ahead + bj) * STEP, bk, gbeg, gend) : -2;\n"
+                "      }\n"
+                "      long long slot = __shfl_sync(0xFFFFFFFFu, cur, ib * cps + bk);\n"
+                "      if (lane >= cps) slot = -2;\n")
+EDITS["btbatch"] = [
+    ("  OPUS_DEV void load_stage_bulk(",
+     "  OPUS_DEV long long chunk_slot_at(const int32_t* bt_row, int n0, int k, int gbeg, int gend) const {\n"
+     "    const int L = chunk_keys(), n = n0 + k * L;\n"
+     "    return n < gend && n + L > gbeg ? key_slot(args, bt_row, n) : -2;\n"
+     "  }\n"
+     "  OPUS_DEV void load_stage_bulk("),
+    (_BT_LOOP_OLD, _BT_LOOP_NEW),
+    ("      slot = next;\n    }\n", "    }\n")]
 EDITS["tailclaim16"] = _tailclaim(16)
 EDITS["tailclaim32"] = _tailclaim(32)
 EDITS["tailclaim64"] = _tailclaim(64)
@@ -1539,6 +1568,8 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],
           "nomemnovotenostoreonetable": ["nomem", "novote", "nostore", "onetable"],
           "emptyends": ["empty", "ctaends"],
+          "emptybtbatch": ["empty", "btbatch"], "skeletonbtbatch": [*_CORE[:-1], "nostore", "onetable", "nomma", "btbatch"],
+          "nomemnovotebtbatch": [*_ALONE, "btbatch"],
           "nomemnovotesplit": ["nomem", "novote", "splitnovote"],
           "nomemnovotenoconv": [*_ALONE, "noconv"], "nomemnovotenoepi": [*_ALONE, "noepi"],
           "nomemnovotenobias": [*_ALONE, "nobias"], "nomemnovotenoconvepinobias": _CORE,
