@@ -1229,6 +1229,43 @@ EDITS["btbatch"] = [
      "  OPUS_DEV void load_stage_bulk("),
     (_BT_LOOP_OLD, _BT_LOOP_NEW),
     ("      slot = next;\n    }\n", "    }\n")]
+# btbatch holding 32-bit table entries (the slots made after the shuffle) in every body: the
+# landing form the forty-second session measured (btbatch's 64-bit slots moved the op's other
+# bodies' stacks); worksplit.h's key_slot in two steps beside it
+EDITS["btentry"] = [
+    ("worksplit.h", "\nOPUS_HD int imin(int a, int b)",
+     "\nOPUS_HD int table_index(const LaunchArgs& a, int n) { return fast_div(n >> a.page_shift, a.ppb_div); }\n"
+     "OPUS_HD long long entry_slot(const LaunchArgs& a, int entry, int n) {\n"
+     "  const int page_in_seq = n >> a.page_shift;\n"
+     "  const long long page = (long long)entry * a.pages_per_block + (page_in_seq - table_index(a, n) * a.pages_per_block);\n"
+     "  if (entry < 0 || page >= a.num_pages) return -1;\n"
+     "  return (page << a.page_shift) + (n & (a.page_size - 1));\n"
+     "}\n\nOPUS_HD int imin(int a, int b)"),
+    ("  OPUS_DEV void load_stage_bulk(",
+     "  OPUS_DEV bool chunk_read(int n0, int k, int gbeg, int gend) const {\n"
+     "    const int L = chunk_keys(), n = n0 + k * L;\n"
+     "    return n < gend && n + L > gbeg;\n"
+     "  }\n"
+     "  OPUS_DEV int chunk_entry(const int32_t* bt_row, int n0, int k, int gbeg, int gend) const {\n"
+     "    return chunk_read(n0, k, gbeg, gend) ? bt_row[table_index(args, n0 + k * chunk_keys())] : 0;\n"
+     "  }\n"
+     "  OPUS_DEV long long entry_chunk_slot(int entry, int n0, int k, int gbeg, int gend) const {\n"
+     "    return chunk_read(n0, k, gbeg, gend) ? entry_slot(args, entry, n0 + k * chunk_keys()) : -2;\n"
+     "  }\n"
+     "  OPUS_DEV void load_stage_bulk("),
+    (_BT_LOOP_OLD,
+     "    const int cps = S::KEYS / chunk_keys(), batch = 32 / cps, bj = lane / cps, bk = lane % cps;\n"
+     "    int ahead = bulk ? chunk_entry(bt_row, n0 + bj * STEP, bk, gbeg, gend) : 0, cur = 0;\n"
+     "#pragma unroll 1\n"
+     "    for (int i = 0; n0 < kend; n0 += STEP, ring.advance(), ++i) {\n"
+     "      const int ib = i & (batch - 1);\n"
+     "      if (ib == 0) {\n"
+     "        cur = ahead;\n"
+     "        ahead = bulk ? chunk_entry(bt_row, n0 + (batch + bj) * STEP, bk, gbeg, gend) : 0;\n"
+     "      }\n"
+     "      const int entry = __shfl_sync(0xFFFFFFFFu, cur, ib * cps + bk);\n"
+     "      const long long slot = bulk && lane < cps ? entry_chunk_slot(entry, n0, lane, gbeg, gend) : -2;\n"),
+    ("      slot = next;\n    }\n", "    }\n")]
 EDITS["tailclaim16"] = _tailclaim(16)
 EDITS["tailclaim32"] = _tailclaim(32)
 EDITS["tailclaim64"] = _tailclaim(64)
