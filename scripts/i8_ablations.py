@@ -33,6 +33,8 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --summarize log   # the medians as a markdown table, changes from base
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,empty,nomemnovote --table \\
         --jobs '16 1 64 32768;17 2 64 32768'   # Table mode, each id its own shapes: a call's two sides alone
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,btentry,empty,emptybtbatch --table \\
+        --jobs '16 1 64 32768;16 1 8 32768;17 2 64 32768'   # the producer's table entries a batch ahead
     python3 scripts/i8_ablations.py --apply prefetchq   # land an exact variant the H200 measured (then the GPU suite)
 
 Each variant is exact text edits of kernel_sm90_i8.cuh; an edit whose text is no longer there
@@ -1203,7 +1205,9 @@ EDITS["ring5"] = [(_RING, _RING.replace("1024", "1280"))]
 # the producer's block-table entries a batch at a time: lane l reads the entry of chunk l % cps of
 # the stage l / cps of the next batch (cps chunks a stage, 32 / cps stages a batch: eight at page
 # 64), a batch ahead, and each stage takes its chunks' slots by shuffle -- one table round trip a
-# batch where the base waits one a stage whenever its ring runs dry (the skeleton's 28 us)
+# batch where the base waits one a stage whenever its ring runs dry (the skeleton's 28 us).
+# Exact; refuted as a change (docs/perf-notes.md, forty-second session: the memory side alone
+# 5-6% faster, the call not)
 _BT_LOOP_OLD = ("    long long slot = bulk ? chunk_slot(bt_row, n0, gbeg, gend) : -2;\n"
                 "#pragma unroll 1\n"
                 "    for (; n0 < kend; n0 += STEP, ring.advance()) {\n"
@@ -1231,7 +1235,8 @@ EDITS["btbatch"] = [
     ("      slot = next;\n    }\n", "    }\n")]
 # btbatch holding 32-bit table entries (the slots made after the shuffle) in every body: the
 # landing form the forty-second session measured (btbatch's 64-bit slots moved the op's other
-# bodies' stacks); worksplit.h's key_slot in two steps beside it
+# bodies' stacks; refuted there, the call -0.2 to +8.3%); worksplit.h's key_slot in two steps
+# beside it
 EDITS["btentry"] = [
     ("worksplit.h", "\nOPUS_HD int imin(int a, int b)",
      "\nOPUS_HD int table_index(const LaunchArgs& a, int n) { return fast_div(n >> a.page_shift, a.ppb_div); }\n"
@@ -1606,7 +1611,6 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           "nomemnovotenostoreonetable": ["nomem", "novote", "nostore", "onetable"],
           "emptyends": ["empty", "ctaends"],
           "emptybtbatch": ["empty", "btbatch"], "skeletonbtbatch": [*_CORE[:-1], "nostore", "onetable", "nomma", "btbatch"],
-          "nomemnovotebtbatch": [*_ALONE, "btbatch"],
           "nomemnovotesplit": ["nomem", "novote", "splitnovote"],
           "nomemnovotenoconv": [*_ALONE, "noconv"], "nomemnovotenoepi": [*_ALONE, "noepi"],
           "nomemnovotenobias": [*_ALONE, "nobias"], "nomemnovotenoconvepinobias": _CORE,
