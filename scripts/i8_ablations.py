@@ -1604,19 +1604,21 @@ EDITS["rows4"] = [("  static constexpr bool ROWS_IN_REGS = R <= 2;\n", "  static
 # the consumers alone (no keys' bytes, no vote), and their core: conversion, epilogue and bias slice out too
 _ALONE = ["nomem", "novote"]
 _CORE = [*_ALONE, "noconv", "noepi", "nobias"]
+# and what is left of their stage: the walk, the stage waits and releases, the raw loads, the unit loop
+_SKELETON = [*_CORE[:-1], "nostore", "onetable", "nomma"]  # nomma replaces the bias slice's text too
 COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeafter"], "prefetchboth": ["prefetchfirst", "prefetchmeta"], "noconvepi": ["noconv", "noepi"], "noconvepinobias": ["noconv", "noepi", "nobias"],
           "splitemptynoconv": ["splitempty", "splitnoconv"], "splitnoconvepi": ["splitnoconv", "noepi"],
           "nc128noconvepi": ["nc128", "noconv", "noepi"],
-          "nomemnovote": ["nomem", "novote"], "nomemnovotenostore": ["nomem", "novote", "nostore"],
-          "nomemnovotenostoreonetable": ["nomem", "novote", "nostore", "onetable"],
+          "nomemnovote": _ALONE, "nomemnovotenostore": [*_ALONE, "nostore"],
+          "nomemnovotenostoreonetable": [*_ALONE, "nostore", "onetable"],
           "emptyends": ["empty", "ctaends"],
-          "emptybtbatch": ["empty", "btbatch"], "skeletonbtbatch": [*_CORE[:-1], "nostore", "onetable", "nomma", "btbatch"],
-          "nomemnovotesplit": ["nomem", "novote", "splitnovote"],
+          "emptybtbatch": ["empty", "btbatch"], "skeletonbtbatch": [*_SKELETON, "btbatch"],
+          "nomemnovotesplit": [*_ALONE, "splitnovote"],
           "nomemnovotenoconv": [*_ALONE, "noconv"], "nomemnovotenoepi": [*_ALONE, "noepi"],
           "nomemnovotenobias": [*_ALONE, "nobias"], "nomemnovotenoconvepinobias": _CORE,
           "corenostore": [*_CORE, "nostore"], "coreonetable": [*_CORE, "onetable"],
           "corenomma": [*_CORE[:-1], "nomma"],  # nomma replaces the bias slice's text too
-          "skeleton": [*_CORE[:-1], "nostore", "onetable", "nomma"],
+          "skeleton": _SKELETON,
           "before": ["span4", "relusat"],
           "simple": ["relusat", "nospread"],
           "splitr2signed": ["splitr2", "signedss"]}

@@ -71,7 +71,6 @@ def test_ablation_tree_at_other_heads_keeps_only_their_kernels(tmp_path):
     assert masks == ["0x2", "0x2"]  # registry.h's bit for 32 heads, in each kept row
 
 
-
 def test_ablation_run_script_interleaves_the_variants_a_job_at_a_time():
     lines = ABL.run_script(["base", "acc1", "ctaends"], [(16, "1 64 32768"), (17, "2 64 8192")], 2, heads=32, table=True)
     runs = [re.match(r'echo -n "(\w+): "; (.*)timeout 60 \./bin/(\w+) (\d+) (.+) 20$', l) for l in lines if l.startswith("echo")]
@@ -85,6 +84,7 @@ def test_ablation_run_script_interleaves_the_variants_a_job_at_a_time():
     env = {m.group(1): m.group(2) for m in runs}
     assert env["base"] == env["acc1"] == "HEADS=32 " and env["ctaends"] == "STAMPS=1 HEADS=32 "
     assert "export TABLE=1" not in ABL.run_script(["base"], [(16, "1 1 2624")], 1)
+
 
 @needs_nvcc
 def test_harness_builds_over_a_trimmed_tree(tmp_path):
