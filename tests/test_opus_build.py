@@ -671,8 +671,8 @@ def check_i8_kernel(k: dict, what: str) -> None:
     nothing inside the consumers' stage loop nor the producer's; INT8 wgmma of 64 x min(rows x
     heads, 64) x 32 with A from registers (w20: the fast path's four k-slices with A from shared
     memory): on the fast path u8 keys (biased) against s8 queries, the bias slice and four
-    k-slices a chunk; on the canonical path s8 keys, four k-slices a chunk and scale block (w20:
-    one)."""
+    k-slices a chunk (r4 H64: s8 keys, four k-slices); on the canonical path
+    s8 keys, four k-slices a chunk and scale block (w20: one)."""
     # w16: the producer warpgroup keeps 24 registers, and the walk's state outside its stage
     # loop goes to local memory
     # i8u and i8uc r8: the union's per-piece state (its list windows and piece bounds) beside r8's;
@@ -690,18 +690,22 @@ def check_i8_kernel(k: dict, what: str) -> None:
     assert k["loop_local"] <= bound, f"{what}: local memory inside the consumers' stage loop"
     assert k["producer_loop_local"] == 0, f"{what}: local memory inside the producer's stage loop"
     nc = min(k["rows"] * k["heads"], 64)
+    # the bodies of four rows of 64 heads keep signed keys on their fast path, no bias slice
+    # (kernel_sm90_i8.cuh, I8Consumer::KEY_SIGNED; docs/perf-notes.md, forty-third session)
+    key_signed = k["rows"] == 4 and k["heads"] == 64
     # nothing else: a dummy HGMMA.64x8x16 that ptxas inserted under register pressure went with
     # wrong fast-path sums on the H200 (docs/perf-notes.md)
-    assert k["gmma"] == [f"IGMMA.64x{nc}x32.S8.S8", f"IGMMA.64x{nc}x32.U8.S8"], (what, k["gmma"])
-    # the fast path unrolled over a span of M blocks x chunks, 5 wgmma each -- two M blocks (a
-    # rolled loop of spans) where a stage has four or more chunks of whole rows, else a stage's M
-    # blocks (OPUS_I8_STAGE_KEYS / 64; I8Shape::FAST_SPAN); the canonical path one rolled M
-    # block: chunks x 4 scale blocks x 4 k-slices (w20, the split body: one k-slice a scale
-    # block); twice: one consumer for a float32 out, one for a narrow out
+    gmma = [f"IGMMA.64x{nc}x32.S8.S8"] + ([] if key_signed else [f"IGMMA.64x{nc}x32.U8.S8"])
+    assert k["gmma"] == gmma, (what, k["gmma"])
+    # the fast path unrolled over a span of M blocks x chunks, 5 wgmma each (4 with signed
+    # keys) -- two M blocks (a rolled loop of spans) where a stage has four or more chunks of
+    # whole rows, else a stage's M blocks (OPUS_I8_STAGE_KEYS / 64; I8Shape::FAST_SPAN); the
+    # canonical path one rolled M block: chunks x 4 scale blocks x 4 k-slices (w20, the split
+    # body: one k-slice a scale block); twice: one consumer for a float32 out, one for a narrow out
     chunks = k["rows"] * k["heads"] // nc
     span = 2 if chunks >= 4 and k["heads"] <= nc else opus_instances.I8_STAGE_KEYS // 64
     slices = 1 if k["warps"] == 20 else 4
-    assert k["igmma"] == 2 * (span * chunks * 5 + chunks * 4 * slices), (what, k["igmma"])
+    assert k["igmma"] == 2 * (span * chunks * (4 if key_signed else 5) + chunks * 4 * slices), (what, k["igmma"])
 
 
 def test_gfx950_kernels_compile_to_the_scaled_mfma():

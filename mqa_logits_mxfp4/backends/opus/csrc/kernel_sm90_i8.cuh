@@ -238,7 +238,7 @@ struct I8Smem {
   uint32_t qscale[S::N];              // the column's four scale bytes (pass 2 reads them)
   char* optr[R];                      // each row's key 0 in out
   int red[CONS * 4][3];               // per consumer warp: largest qmax, largest and smallest exponent of |w'|
-  I8Table tables[4];                  // shift 0..3: queries, and keys on the canonical path
+  I8Table tables[4];                  // shift 0..3: queries, keys on the canonical path (and KEY_SIGNED's fast path)
   I8Table ktables[4];                 // shift 0..3: keys on the fast path (biased; 3 for keys nobody reads)
   uint64_t full[CONS][S::STAGES];
   uint64_t empty[CONS][S::STAGES];
@@ -536,6 +536,13 @@ struct I8Consumer {
   // Per stage, read from sm.keys[c] (registers the stage loop does not have to carry): the
   // group's keys [vbeg, vend) (they vote), khi, the rows' windows.
   int khi = 0;   // a key's largest byte on a fast tile is at most this (0: the group never is fast)
+  // KEY_SIGNED: the fast path's keys as signed bytes through the query's tables at the keys'
+  // shifts (convert_signed: two ALU instructions a word more than the biased form) against the
+  // four k-slices alone (mma_chunk: no bias slice, a fifth of a chunk's wgmma) -- the same exact
+  // integers. Where one conversion feeds four chunks the wgmma saved outweigh the ALU: r4w12 at 64
+  // heads, 2-4% faster (docs/perf-notes.md, forty-second and forty-third sessions); at two chunks
+  // it did not pay (r2w12 0 to +2%), and a one-chunk body's conversion is its own.
+  static constexpr bool KEY_SIGNED = R == 4 && H == 64 && !SPLIT;
   // The group's output rows: in registers for up to two rows, read from shared memory for more
   // (registers the wider groups' stage loops do not have)
   static constexpr bool ROWS_IN_REGS = R <= 2;
@@ -945,19 +952,26 @@ struct I8Consumer {
   static OPUS_DEV T quad_get(T v, int q) { return __shfl_sync(0xFFFFFFFFu, v, q, 4); }
 
   // A fragments of M block mb: a[j] for k-slice j; registers 0/2 hold key k0's block t word j
-  // (elements 0..3 / 4..7), 1/3 key k1's. The canonical path's: signed, unshifted.
-  OPUS_DEV void convert(const uint4& raw0, const uint4& raw1, uint32_t (&a)[4][4]) const {
-    const I8Table tb = sm.tables[0];
+  // (elements 0..3 / 4..7), 1/3 key k1's. Signed, block t's shift d0 / d1: the canonical path's
+  // unshifted (convert), KEY_SIGNED's fast path's at the vote's shifts.
+  OPUS_DEV void convert_signed(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {
+    const I8Table t0 = sm.tables[d0], t1 = sm.tables[d1];
     const uint32_t w0[4] = {raw0.x, raw0.y, raw0.z, raw0.w}, w1[4] = {raw1.x, raw1.y, raw1.z, raw1.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      i8_word(w0[j], tb, a[j][0], a[j][2]);
-      i8_word(w1[j], tb, a[j][1], a[j][3]);
+      i8_word(w0[j], t0, a[j][0], a[j][2]);
+      i8_word(w1[j], t1, a[j][1], a[j][3]);
     }
   }
+  OPUS_DEV void convert(const uint4& raw0, const uint4& raw1, uint32_t (&a)[4][4]) const { convert_signed(raw0, raw1, 0, 0, a); }
 
-  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1.
+  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1
+  // (KEY_SIGNED: signed bytes, convert_signed).
   OPUS_DEV void convert_fast(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {
+    if constexpr (KEY_SIGNED) {
+      convert_signed(raw0, raw1, d0, d1, a);
+      return;
+    }
     const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];
     const uint32_t w0[4] = {raw0.x, raw0.y, raw0.z, raw0.w}, w1[4] = {raw1.x, raw1.y, raw1.z, raw1.w};
 #pragma unroll
@@ -974,9 +988,14 @@ struct I8Consumer {
     for (int j = 0; j < 4; ++j) WgmmaI8<NC>::run(acc, a[j], b_desc(j, ch), j > 0);
   }
   // Fast path: the bias slice first (it starts the accumulator at -64 * the column's operand
-  // sum), then the biased key operand against the four k-slices: the exact dot product.
+  // sum), then the biased key operand against the four k-slices: the exact dot product
+  // (KEY_SIGNED: the signed key operand, mma_chunk's four k-slices alone).
   template <int NC>
   OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {
+    if constexpr (KEY_SIGNED) {
+      mma_chunk<NC>(acc, a, ch);
+      return;
+    }
     uint32_t ab[4];
     bias_operand(ab);
     WgmmaI8<NC, true>::start(acc, ab, b_desc(kScaleBlocks, ch));
