@@ -163,6 +163,9 @@ EDITS = {
     # landed form's A/B; signedfast measured it before it landed)
     "biasedkeys": [("  static constexpr bool KEY_SIGNED = R == 4 && H == 64 && !SPLIT;\n",
                     "  static constexpr bool KEY_SIGNED = false;\n")],
+    # KEY_SIGNED wherever one conversion feeds four chunks: r8 at 32 heads, r2 at 128 heads too
+    "keysigned4": [("  static constexpr bool KEY_SIGNED = R == 4 && H == 64 && !SPLIT;\n",
+                    "  static constexpr bool KEY_SIGNED = S::CHUNKS >= 4 && !SPLIT;\n")],
     # signed keys on the fast path (exact): the query's signed conversion (i8_word, two ALU
     # instructions a word more) and no bias slice, four k-slices of s8 keys a chunk
     "signedfast": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n", "    const I8Table t0 = sm.tables[d0], t1 = sm.tables[d1];\n"),
