@@ -72,8 +72,8 @@ _RAW_NEXT = ("        const uint4 cur0 = raw[0], cur1 = raw[1];  // M block 0's 
 _TAB_NEXT = ("        (void)d;\n        const I8Table c0 = tab[0], c1 = tab[1];\n"
              "        if (ml + 1 < SPAN) block_tables(offsets, mb + 1, ml + 1, tab);\n")
 # block_tables (an M block's two tables) and the conversion from given tables, convert_fast
-# keeping its form on top of it (biased keys: KEY_SIGNED's body, r4w12 at 64 heads, comes out
-# wrong with these, its wgmma being the signed chain)
+# keeping its form on top of it (biased keys: a KEY_SIGNED body comes out wrong with these, its
+# wgmma being the signed chain)
 _TAB_FUNCS = ("  OPUS_DEV void convert_fast(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {\n"
               "    if constexpr (KEY_SIGNED) {\n      convert_signed(raw0, raw1, d0, d1, a);\n      return;\n    }\n"
               "    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
@@ -1304,7 +1304,7 @@ def _bias_column_edits(new: str) -> list:
 
 
 # (with KEY_SIGNED's branch, which these edits keep: they measure the biased keys' bodies; viadd's
-# relu takes back a bias KEY_SIGNED's body, r4w12 at 64 heads, never added: wrong there)
+# relu takes back a bias a KEY_SIGNED body never added: wrong there)
 _MMA_FAST = ("  template <int NC>\n  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n"
              "    if constexpr (KEY_SIGNED) {\n      mma_chunk<NC>(acc, a, ch);\n      return;\n    }\n")
 _BIAS_START = "    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(acc, ab, b_desc(kScaleBlocks, ch));\n"

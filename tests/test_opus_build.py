@@ -671,8 +671,8 @@ def check_i8_kernel(k: dict, what: str) -> None:
     nothing inside the consumers' stage loop nor the producer's; INT8 wgmma of 64 x min(rows x
     heads, 64) x 32 with A from registers (w20: the fast path's four k-slices with A from shared
     memory): on the fast path u8 keys (biased) against s8 queries, the bias slice and four
-    k-slices a chunk (r4 H64: s8 keys, four k-slices); on the canonical path
-    s8 keys, four k-slices a chunk and scale block (w20: one)."""
+    k-slices a chunk (r4 H64: s8 keys, four k-slices); on the canonical path s8 keys, four
+    k-slices a chunk and scale block (w20: one)."""
     # w16: the producer warpgroup keeps 24 registers, and the walk's state outside its stage
     # loop goes to local memory
     # i8u and i8uc r8: the union's per-piece state (its list windows and piece bounds) beside r8's;

@@ -963,7 +963,9 @@ struct I8Consumer {
       i8_word(w1[j], t1, a[j][1], a[j][3]);
     }
   }
-  OPUS_DEV void convert(const uint4& raw0, const uint4& raw1, uint32_t (&a)[4][4]) const { convert_signed(raw0, raw1, 0, 0, a); }
+  OPUS_DEV void convert(const uint4& raw0, const uint4& raw1, uint32_t (&a)[4][4]) const {
+    convert_signed(raw0, raw1, 0, 0, a);
+  }
 
   // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1
   // (KEY_SIGNED: signed bytes, convert_signed).
