@@ -71,11 +71,18 @@ _RAW_NEXT = ("        const uint4 cur0 = raw[0], cur1 = raw[1];  // M block 0's 
              "        }\n")
 _TAB_NEXT = ("        (void)d;\n        const I8Table c0 = tab[0], c1 = tab[1];\n"
              "        if (ml + 1 < SPAN) block_tables(offsets, mb + 1, ml + 1, tab);\n")
+# mma_chunk_fast's first line, and the KEY_SIGNED branches that open it and convert_fast (the
+# signed bodies' fast path, which the edits below keep)
+_MMA_FAST_HEAD = "  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n"
+_KS_MMA = "    if constexpr (KEY_SIGNED) {\n      mma_chunk<NC>(acc, a, ch);\n      return;\n    }\n"
+_BIAS_OPEN = "    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start("  # the bias slice's first statements
+_KEY_SIGNED_DEF = "  static constexpr bool KEY_SIGNED = R == 4 && H == 64 && !SPLIT;\n"  # the line biasedkeys and keysigned4 change
+_KS_CONVERT = "    if constexpr (KEY_SIGNED) {\n      convert_signed(raw0, raw1, d0, d1, a);\n      return;\n    }\n"
 # block_tables (an M block's two tables) and the conversion from given tables, convert_fast
 # keeping its form on top of it (biased keys: a KEY_SIGNED body comes out wrong with these, its
 # wgmma being the signed chain)
 _TAB_FUNCS = ("  OPUS_DEV void convert_fast(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {\n"
-              "    if constexpr (KEY_SIGNED) {\n      convert_signed(raw0, raw1, d0, d1, a);\n      return;\n    }\n"
+              + _KS_CONVERT +
               "    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
               "  OPUS_DEV void block_tables(const uint32_t (&offsets)[S::VK], int mb, int ml, I8Table (&tab)[2]) const {\n"
               "    const uint32_t off = pick(offsets, mb >> 1);\n"
@@ -83,7 +90,7 @@ _TAB_FUNCS = ("  OPUS_DEV void convert_fast(const uint4& raw0, const uint4& raw1
               "    for (int k = 0; k < 2; ++k) tab[k] = sm.ktables[int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3];\n"
               "  }\n"
               "  OPUS_DEV void convert_fast(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {\n"
-              "    if constexpr (KEY_SIGNED) {\n      convert_signed(raw0, raw1, d0, d1, a);\n      return;\n    }\n"
+              + _KS_CONVERT +
               "    convert_fast_t(raw0, raw1, sm.ktables[d0], sm.ktables[d1], a);\n"
               "  }\n"
               "  OPUS_DEV void convert_fast_t(const uint4& raw0, const uint4& raw1, const I8Table& t0, const I8Table& t1,\n"
@@ -152,28 +159,28 @@ EDITS = {
                "      rs[r][0] = relu_cell(ac[4 * r]);\n      rs[r][1] = relu_cell(ac[4 * r + 2]);\n    }\n"
                "    return;\n")],
     # no wgmma on the fast path: the accumulators made from the operands (the conversion stays live)
-    "nomma": [("  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n    if constexpr (KEY_SIGNED) {\n",
-               "  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n#pragma unroll\n    for (int i = 0; i < NC / 2; ++i) acc[i] = int32_t(a[(i >> 2) & 3][i & 3] ^ uint32_t(ch));\n"
+    "nomma": [(_MMA_FAST_HEAD + "    if constexpr (KEY_SIGNED) {\n",
+               _MMA_FAST_HEAD + "#pragma unroll\n    for (int i = 0; i < NC / 2; ++i) acc[i] = int32_t(a[(i >> 2) & 3][i & 3] ^ uint32_t(ch));\n"
                "    return;\n    if constexpr (KEY_SIGNED) {\n")],
     # no bias slice: four wgmma a chunk instead of five
-    "nobias": [("  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n    if constexpr (KEY_SIGNED) {\n      mma_chunk<NC>(acc, a, ch);\n      return;\n    }\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(",
-                "  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n    if constexpr (KEY_SIGNED) {\n      mma_chunk<NC>(acc, a, ch);\n      return;\n    }\n#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), j > 0);\n"
-                "    return;\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(")],
+    "nobias": [(_MMA_FAST_HEAD + _KS_MMA + _BIAS_OPEN,
+                _MMA_FAST_HEAD + _KS_MMA + "#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), j > 0);\n"
+                "    return;\n" + _BIAS_OPEN)],
     # KEY_SIGNED off: the r4w12 bodies at 64 heads back on the biased keys and the bias slice (the
     # landed form's A/B; signedfast measured it before it landed)
-    "biasedkeys": [("  static constexpr bool KEY_SIGNED = R == 4 && H == 64 && !SPLIT;\n",
+    "biasedkeys": [(_KEY_SIGNED_DEF,
                     "  static constexpr bool KEY_SIGNED = false;\n")],
     # KEY_SIGNED wherever one conversion feeds four chunks: r8 at 32 heads, r2 at 128 heads too
-    "keysigned4": [("  static constexpr bool KEY_SIGNED = R == 4 && H == 64 && !SPLIT;\n",
+    "keysigned4": [(_KEY_SIGNED_DEF,
                     "  static constexpr bool KEY_SIGNED = S::CHUNKS >= 4 && !SPLIT;\n")],
     # signed keys on the fast path (exact): the query's signed conversion (i8_word, two ALU
     # instructions a word more) and no bias slice, four k-slices of s8 keys a chunk
     "signedfast": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n", "    const I8Table t0 = sm.tables[d0], t1 = sm.tables[d1];\n"),
                    ("      i8_key_word(w0[j], t0, ones, a[j][0], a[j][2]);\n      i8_key_word(w1[j], t1, ones, a[j][1], a[j][3]);\n",
                     "      i8_word(w0[j], t0, a[j][0], a[j][2]);\n      i8_word(w1[j], t1, a[j][1], a[j][3]);\n"),
-                   ("  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n    if constexpr (KEY_SIGNED) {\n      mma_chunk<NC>(acc, a, ch);\n      return;\n    }\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(",
-                    "  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n    if constexpr (KEY_SIGNED) {\n      mma_chunk<NC>(acc, a, ch);\n      return;\n    }\n#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, false>::run(acc, a[j], b_desc(j, ch), j > 0);\n"
-                    "    return;\n    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(")],
+                   (_MMA_FAST_HEAD + _KS_MMA + _BIAS_OPEN,
+                    _MMA_FAST_HEAD + _KS_MMA + "#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, false>::run(acc, a[j], b_desc(j, ch), j > 0);\n"
+                    "    return;\n" + _BIAS_OPEN)],
     # the fast path's key operand from shared memory (SS wgmma): each consumer converts its M block
     # in registers as now, stores the A fragments into a tile of its own (two slots, the RS layout's
     # K order, so the query operand is unchanged), fences, meets its warpgroup at a named barrier,
@@ -1305,9 +1312,8 @@ def _bias_column_edits(new: str) -> list:
 
 # (with KEY_SIGNED's branch, which these edits keep: they measure the biased keys' bodies; viadd's
 # relu takes back a bias a KEY_SIGNED body never added: wrong there)
-_MMA_FAST = ("  template <int NC>\n  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n"
-             "    if constexpr (KEY_SIGNED) {\n      mma_chunk<NC>(acc, a, ch);\n      return;\n    }\n")
-_BIAS_START = "    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start(acc, ab, b_desc(kScaleBlocks, ch));\n"
+_MMA_FAST = "  template <int NC>\n" + _MMA_FAST_HEAD + _KS_MMA
+_BIAS_START = _BIAS_OPEN + "acc, ab, b_desc(kScaleBlocks, ch));\n"
 _UNIT_MMA = "      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n"
 
 
