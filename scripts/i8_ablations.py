@@ -76,7 +76,7 @@ _TAB_NEXT = ("        (void)d;\n        const I8Table c0 = tab[0], c1 = tab[1];\
 _MMA_FAST_HEAD = "  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n"
 _KS_MMA = "    if constexpr (KEY_SIGNED) {\n      mma_chunk<NC>(acc, a, ch);\n      return;\n    }\n"
 _BIAS_OPEN = "    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start("  # the bias slice's first statements
-_KEY_SIGNED_DEF = "  static constexpr bool KEY_SIGNED = R == 4 && H == 64 && !SPLIT;\n"  # the line biasedkeys and keysigned4 change
+_KEY_SIGNED_DEF = "  static constexpr bool KEY_SIGNED = S::CHUNKS >= 4 && !SPLIT;\n"  # the line biasedkeys changes
 _KS_CONVERT = "    if constexpr (KEY_SIGNED) {\n      convert_signed(raw0, raw1, d0, d1, a);\n      return;\n    }\n"
 # block_tables (an M block's two tables) and the conversion from given tables, convert_fast
 # keeping its form on top of it (biased keys: a KEY_SIGNED body comes out wrong with these, its
@@ -166,13 +166,10 @@ EDITS = {
     "nobias": [(_MMA_FAST_HEAD + _KS_MMA + _BIAS_OPEN,
                 _MMA_FAST_HEAD + _KS_MMA + "#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), j > 0);\n"
                 "    return;\n" + _BIAS_OPEN)],
-    # KEY_SIGNED off: the r4w12 bodies at 64 heads back on the biased keys and the bias slice (the
-    # landed form's A/B; signedfast measured it before it landed)
+    # KEY_SIGNED off: the four-chunk bodies back on the biased keys and the bias slice (the landed
+    # form's A/B; signedfast and keysigned4 measured it before it landed)
     "biasedkeys": [(_KEY_SIGNED_DEF,
                     "  static constexpr bool KEY_SIGNED = false;\n")],
-    # KEY_SIGNED wherever one conversion feeds four chunks: r8 at 32 heads, r2 at 128 heads too
-    "keysigned4": [(_KEY_SIGNED_DEF,
-                    "  static constexpr bool KEY_SIGNED = S::CHUNKS >= 4 && !SPLIT;\n")],
     # signed keys on the fast path (exact): the query's signed conversion (i8_word, two ALU
     # instructions a word more) and no bias slice, four k-slices of s8 keys a chunk
     "signedfast": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n", "    const I8Table t0 = sm.tables[d0], t1 = sm.tables[d1];\n"),
