@@ -170,6 +170,10 @@ EDITS = {
     # form's A/B; signedfast and keysigned4 measured it before it landed)
     "biasedkeys": [(_KEY_SIGNED_DEF,
                     "  static constexpr bool KEY_SIGNED = false;\n")],
+    # KEY_SIGNED at the two-chunk bodies too (r2 at 64 heads, r4 at 32, r8 at 16): one conversion
+    # feeds two chunks there (the fused r2w12 at 64 heads measured 0 to +2% as signedfast)
+    "keysigned2": [(_KEY_SIGNED_DEF,
+                    "  static constexpr bool KEY_SIGNED = S::CHUNKS >= 2 && !SPLIT;\n")],
     # signed keys on the fast path (exact): the query's signed conversion (i8_word, two ALU
     # instructions a word more) and no bias slice, four k-slices of s8 keys a chunk
     "signedfast": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n", "    const I8Table t0 = sm.tables[d0], t1 = sm.tables[d1];\n"),
