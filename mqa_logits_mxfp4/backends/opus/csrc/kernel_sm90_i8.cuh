@@ -540,9 +540,9 @@ struct I8Consumer {
   // shifts (convert_signed: two ALU instructions a word more than the biased form) against the
   // four k-slices alone (mma_chunk: no bias slice, a fifth of a chunk's wgmma) -- the same exact
   // integers. Where one conversion feeds four chunks the wgmma saved outweigh the ALU: r4w12 at 64
-  // heads 2-4% faster, r8w12 at 32 heads 4-7%, r2w12 at 128 heads 5-10% (docs/perf-notes.md,
-  // forty-second and forty-third sessions); at two chunks it did not pay (r2w12 at 64 heads 0 to
-  // +2%), and a one-chunk body's conversion is its own.
+  // heads 2-4% faster, r8w12 at 32 heads 4-7% (its union bodies 1-4%), r2w12 at 128 heads 5-10%
+  // (docs/perf-notes.md, forty-second to forty-fourth sessions); at two chunks it did not pay
+  // (r2w12 at 64 heads 0 to +2%), and a one-chunk body's conversion is its own.
   static constexpr bool KEY_SIGNED = S::CHUNKS >= 4 && !SPLIT;
   // The group's output rows: in registers for up to two rows, read from shared memory for more
   // (registers the wider groups' stage loops do not have)
