@@ -170,6 +170,17 @@ EDITS = {
     # form's A/B; signedfast and keysigned4 measured it before it landed)
     "biasedkeys": [(_KEY_SIGNED_DEF,
                     "  static constexpr bool KEY_SIGNED = false;\n")],
+    # KEY_SIGNED's set-up without the bias slice's column sums and slots (the slice is never read
+    # there): two DP4A, four shuffles and a slot a word less; exact
+    "nobiascol": [("        int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);\n"
+                   "#pragma unroll\n        for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
+                   "        bias_column(n, idx & 15, qsum);\n",
+                   "        if constexpr (!KEY_SIGNED) {\n"
+                   "          int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);\n"
+                   "#pragma unroll\n          for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
+                   "          bias_column(n, idx & 15, qsum);\n        }\n"),
+                  ("      if (fast) {  // uniform: the group's verdict\n",
+                   "      if (!KEY_SIGNED && fast) {  // uniform: the group's verdict\n")],
     # KEY_SIGNED at the two-chunk bodies too (r2 at 64 heads, r4 at 32, r8 at 16): one conversion
     # feeds two chunks there (the fused r2w12 at 64 heads measured 0 to +2% as signedfast)
     "keysigned2": [(_KEY_SIGNED_DEF,
