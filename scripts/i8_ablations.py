@@ -170,17 +170,17 @@ EDITS = {
     # form's A/B; signedfast and keysigned4 measured it before it landed)
     "biasedkeys": [(_KEY_SIGNED_DEF,
                     "  static constexpr bool KEY_SIGNED = false;\n")],
-    # KEY_SIGNED's set-up without the bias slice's column sums and slots (the slice is never read
-    # there): two DP4A, four shuffles and a slot a word less; exact
-    "nobiascol": [("        int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);\n"
-                   "#pragma unroll\n        for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
-                   "        bias_column(n, idx & 15, qsum);\n",
-                   "        if constexpr (!KEY_SIGNED) {\n"
-                   "          int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);\n"
-                   "#pragma unroll\n          for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
-                   "          bias_column(n, idx & 15, qsum);\n        }\n"),
-                  ("      if (fast) {  // uniform: the group's verdict\n",
-                   "      if (!KEY_SIGNED && fast) {  // uniform: the group's verdict\n")],
+    # KEY_SIGNED's set-up building the bias slice again (its column sums and slots, never read
+    # there): the landed form's A/B (docs/perf-notes.md, forty-fourth session: nobiascol)
+    "biascol": [("        if constexpr (!KEY_SIGNED) {  // the bias slice: unread where the keys are signed\n"
+                 "          int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);\n"
+                 "#pragma unroll\n          for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
+                 "          bias_column(n, idx & 15, qsum);\n        }\n",
+                 "        int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);\n"
+                 "#pragma unroll\n        for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
+                 "        bias_column(n, idx & 15, qsum);\n"),
+                ("      if (!KEY_SIGNED && fast) {  // uniform: the group's verdict; unread where the keys are signed\n",
+                 "      if (fast) {  // uniform: the group's verdict\n")],
     # KEY_SIGNED at the two-chunk bodies too (r2 at 64 heads, r4 at 32, r8 at 16): one conversion
     # feeds two chunks there (the fused r2w12 at 64 heads measured 0 to +2% as signedfast)
     "keysigned2": [(_KEY_SIGNED_DEF,
@@ -1312,14 +1312,21 @@ EDITS["tailclaim64"] = _tailclaim(64)
 # where the starts live: _accinit's arguments.
 _WFAST = "  float wfast[S::N];                  // fast path: w' = w * 2^(qmin - 127), then scaled (scale_weights; 0 for dead rows)\n"
 _BIAS_COLUMN = "        bias_column(n, idx & 15, qsum);\n"
-# where the set-up writes a column's bias: setup_turns's and setup_each's
-_BIAS_SITES = (_BIAS_COLUMN + "      }\n    }\n  }\n  // One word at a time",
-               _BIAS_COLUMN + "      }\n    }\n  }\n\n  OPUS_DEV void setup_group")
+
+
+def _indent(text: str, pad: str) -> str:
+    return "".join(pad + line if line.strip() else line for line in text.splitlines(True))
+
+
+# where the set-up writes a column's bias, and the indentation there beyond _BIAS_COLUMN's:
+# setup_turns's (inside its `if constexpr (!KEY_SIGNED)`) and setup_each's
+_BIAS_SITES = ((_indent(_BIAS_COLUMN, "  ") + "        }\n      }\n    }\n  }\n  // One word at a time", "  "),
+               (_BIAS_COLUMN + "      }\n    }\n  }\n\n  OPUS_DEV void setup_group", ""))
 
 
 def _bias_column_edits(new: str) -> list:
-    """Both set-up forms' bias_column line made `new`."""
-    return [(site, site.replace(_BIAS_COLUMN, new, 1)) for site in _BIAS_SITES]
+    """Both set-up forms' bias_column line made `new` (written at setup_each's indentation)."""
+    return [(site, site.replace(_indent(_BIAS_COLUMN, pad), _indent(new, pad), 1)) for site, pad in _BIAS_SITES]
 
 
 # (with KEY_SIGNED's branch, which these edits keep: they measure the biased keys' bodies; viadd's

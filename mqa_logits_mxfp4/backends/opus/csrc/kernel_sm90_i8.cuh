@@ -777,7 +777,9 @@ struct I8Consumer {
   }
   // W words a turn as independent chains: every word's table load and permutes first, then every
   // word's stores and column sum, with no branch on the verdict (a canonical group's bias column
-  // is written and never read). Against one word a turn with the verdict's branches it took the
+  // is written and never read; KEY_SIGNED bodies build no bias slice: 2-5% off r4w12's calls of
+  // one to 64 sequences, 20% off the canonical one's at eight, docs/perf-notes.md, forty-fourth
+  // session). Against one word a turn with the verdict's branches it took the
   // set-up's conversion from ~1.3 to ~0.9 us on r1w12 and from ~4 to ~1.6 us on r2w12, and the
   // kernels 1-4% (one row) and 3-10% (two and four rows) off 1-8 sequences x 8192 keys on the
   // H200; at 64 sequences r2w12 +1-2%, r4w12 -1-3% (docs/perf-notes.md, thirty-third session).
@@ -809,10 +811,12 @@ struct I8Consumer {
         *reinterpret_cast<uint32_t*>(core) = lo[w];
         *reinterpret_cast<uint32_t*>(core + 128) = hi[w];
         if (j == 0) sm.uq[blk][n] = __uint_as_float(uint32_t(127 - 2 - shift[w]) << 23);
-        int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);
+        if constexpr (!KEY_SIGNED) {  // the bias slice: unread where the keys are signed
+          int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);
 #pragma unroll
-        for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);
-        bias_column(n, idx & 15, qsum);
+          for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);
+          bias_column(n, idx & 15, qsum);
+        }
       }
     }
   }
@@ -834,7 +838,7 @@ struct I8Consumer {
       *reinterpret_cast<uint32_t*>(core) = lo;
       *reinterpret_cast<uint32_t*>(core + 128) = hi;
       if (j == 0) sm.uq[blk][n] = __uint_as_float(uint32_t(127 - 2 - shift) << 23);
-      if (fast) {  // uniform: the group's verdict
+      if (!KEY_SIGNED && fast) {  // uniform: the group's verdict; unread where the keys are signed
         int qsum = __dp4a(int(lo), 0x01010101, 0) + __dp4a(int(hi), 0x01010101, 0);
 #pragma unroll
         for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);
