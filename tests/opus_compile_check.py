@@ -179,6 +179,7 @@ def compile_sm90(work: Path) -> dict:
                 # conversions other than the narrow outs' stores (F2FP.{BF16,F16}.F32.PACK_AB): the
                 # fp8 family's operand conversions (sm_90 lowers FP8 mma.sync through FP16)
                 kernels[name]["f2fp"] = sum(o.startswith("F2FP") and not o.endswith(".F32.PACK_AB") for o in ops)
+                kernels[name]["idp"] = sum(o.startswith("IDP") for o in ops)  # dp4a: the i8 set-up's column sums
                 kernels[name]["local"] = sum(o.startswith(("LDL", "STL")) for o in ops)
                 kernels[name]["loop_local"] = _local_in_loops(block, ("HMMA", "IGMMA"))
                 kernels[name]["producer_loop_local"] = _local_in_loops(block, ("LDGSTS",))

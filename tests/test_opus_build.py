@@ -671,8 +671,8 @@ def check_i8_kernel(k: dict, what: str) -> None:
     nothing inside the consumers' stage loop nor the producer's; INT8 wgmma of 64 x min(rows x
     heads, 64) x 32 with A from registers (w20: the fast path's four k-slices with A from shared
     memory): on the fast path u8 keys (biased) against s8 queries, the bias slice and four
-    k-slices a chunk (four chunks a group: s8 keys, four k-slices); on the canonical path s8
-    keys, four k-slices a chunk and scale block (w20: one)."""
+    k-slices a chunk (four chunks a group: s8 keys, four k-slices, and no bias slice built in
+    the set-up); on the canonical path s8 keys, four k-slices a chunk and scale block (w20: one)."""
     # w16: the producer warpgroup keeps 24 registers, and the walk's state outside its stage
     # loop goes to local memory
     # i8u and i8uc r8: the union's per-piece state (its list windows and piece bounds) beside r8's;
@@ -692,7 +692,7 @@ def check_i8_kernel(k: dict, what: str) -> None:
     nc = min(k["rows"] * k["heads"], 64)
     # the bodies whose conversion feeds four 64-column chunks keep signed keys on their fast
     # path, no bias slice (kernel_sm90_i8.cuh, I8Consumer::KEY_SIGNED; docs/perf-notes.md,
-    # forty-third session)
+    # forty-third and forty-fourth sessions)
     key_signed = k["rows"] * k["heads"] // nc >= 4
     # nothing else: a dummy HGMMA.64x8x16 that ptxas inserted under register pressure went with
     # wrong fast-path sums on the H200 (docs/perf-notes.md)
@@ -707,6 +707,10 @@ def check_i8_kernel(k: dict, what: str) -> None:
     span = 2 if chunks >= 4 and k["heads"] <= nc else opus_instances.I8_STAGE_KEYS // 64
     slices = 1 if k["warps"] == 20 else 4
     assert k["igmma"] == 2 * (span * chunks * (4 if key_signed else 5) + chunks * 4 * slices), (what, k["igmma"])
+    # the set-up's column sums (dp4a) feed only the bias slice: none where the keys are signed,
+    # some wherever the slice is built (kernel_sm90_i8.cuh, setup_turns; docs/perf-notes.md,
+    # forty-fourth session)
+    assert (k["idp"] == 0) == key_signed, (what, k["idp"])
 
 
 def test_gfx950_kernels_compile_to_the_scaled_mfma():
