@@ -181,6 +181,34 @@ EDITS = {
                  "        bias_column(n, idx & 15, qsum);\n"),
                 ("      if (!KEY_SIGNED && fast) {  // uniform: the group's verdict; unread where the keys are signed\n",
                  "      if (fast) {  // uniform: the group's verdict\n")],
+    # the set-up's column sums two words at a time: the two partial sums (offset to [0, 2048]:
+    # 16 lanes' total fits 16 bits) packed in one word, one four-shuffle chain for both (exact)
+    "biaspack": [("      int shift[W];\n", "      int shift[W];\n      int part[W] = {};\n"),
+                 ("        if constexpr (!KEY_SIGNED) {  // the bias slice: unread where the keys are signed\n"
+                  "          int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);\n"
+                  "#pragma unroll\n          for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
+                  "          bias_column(n, idx & 15, qsum);\n        }\n      }\n    }\n  }\n",
+                  "        if constexpr (!KEY_SIGNED) part[w] = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0) + 1024;\n"
+                  "      }\n"
+                  "      if constexpr (!KEY_SIGNED) {\n"
+                  "#pragma unroll\n"
+                  "        for (int w0 = 0; w0 < W; w0 += 2) {\n"
+                  "          uint32_t pk = uint32_t(part[w0]) | (w0 + 1 < W ? uint32_t(part[w0 + 1]) << 16 : 0u);\n"
+                  "#pragma unroll\n          for (int m = 8; m > 0; m >>= 1) pk += __shfl_xor_sync(0xFFFFFFFFu, pk, m);\n"
+                  "#pragma unroll\n"
+                  "          for (int w = w0; w < W && w < w0 + 2; ++w) {\n"
+                  "            const int idx = ct + (i0 + w) * S::CT;\n"
+                  "            if (S::N * 16 % S::CT != 0 && idx >= S::N * 16) break;  // warp-uniform\n"
+                  "            bias_column(idx >> 4, idx & 15, int((w == w0 ? pk : pk >> 16) & 0xFFFFu) - 16 * 1024);\n"
+                  "          }\n"
+                  "        }\n"
+                  "      }\n    }\n  }\n")],
+    # timing only (a biased fast group's logits come out wrong): no bias slice built in any set-up,
+    # the bound of what the set-up's bias work costs
+    "nobiasset": [("        if constexpr (!KEY_SIGNED) {  // the bias slice: unread where the keys are signed\n",
+                   "        if constexpr (false) {\n"),
+                  ("      if (!KEY_SIGNED && fast) {  // uniform: the group's verdict; unread where the keys are signed\n",
+                   "      if (false && fast) {\n")],
     # KEY_SIGNED at the two-chunk bodies too (r2 at 64 heads, r4 at 32, r8 at 16): one conversion
     # feeds two chunks there (the fused r2w12 at 64 heads measured 0 to +2% as signedfast)
     "keysigned2": [(_KEY_SIGNED_DEF,
