@@ -78,6 +78,14 @@ _KS_MMA = "    if constexpr (KEY_SIGNED) {\n      mma_chunk<NC>(acc, a, ch);\n  
 _BIAS_OPEN = "    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start("  # the bias slice's first statements
 _KEY_SIGNED_DEF = "  static constexpr bool KEY_SIGNED = S::CHUNKS >= 4 && !SPLIT;\n"  # the line biasedkeys changes
 _KS_CONVERT = "    if constexpr (KEY_SIGNED) {\n      convert_signed(raw0, raw1, d0, d1, a);\n      return;\n    }\n"
+# the set-up's bias work as landed: setup_turns' column sum and slot (skipped where the keys are
+# signed), and setup_each's branch; the lines biascol, biaspack and nobiasset change
+_SETUP_BIAS_OPEN = "        if constexpr (!KEY_SIGNED) {  // the bias slice: unread where the keys are signed\n"
+_SETUP_BIAS = (_SETUP_BIAS_OPEN +
+               "          int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);\n"
+               "#pragma unroll\n          for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
+               "          bias_column(n, idx & 15, qsum);\n        }\n")
+_SETUP_EACH_BIAS = "      if (!KEY_SIGNED && fast) {  // uniform: the group's verdict; unread where the keys are signed\n"
 # block_tables (an M block's two tables) and the conversion from given tables, convert_fast
 # keeping its form on top of it (biased keys: a KEY_SIGNED body comes out wrong with these, its
 # wgmma being the signed chain)
@@ -172,22 +180,16 @@ EDITS = {
                     "  static constexpr bool KEY_SIGNED = false;\n")],
     # KEY_SIGNED's set-up building the bias slice again (its column sums and slots, never read
     # there): the landed form's A/B (docs/perf-notes.md, forty-fourth session: nobiascol)
-    "biascol": [("        if constexpr (!KEY_SIGNED) {  // the bias slice: unread where the keys are signed\n"
-                 "          int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);\n"
-                 "#pragma unroll\n          for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
-                 "          bias_column(n, idx & 15, qsum);\n        }\n",
+    "biascol": [(_SETUP_BIAS,
                  "        int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);\n"
                  "#pragma unroll\n        for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
                  "        bias_column(n, idx & 15, qsum);\n"),
-                ("      if (!KEY_SIGNED && fast) {  // uniform: the group's verdict; unread where the keys are signed\n",
+                (_SETUP_EACH_BIAS,
                  "      if (fast) {  // uniform: the group's verdict\n")],
     # the set-up's column sums two words at a time: the two partial sums (offset to [0, 2048]:
     # 16 lanes' total fits 16 bits) packed in one word, one four-shuffle chain for both (exact)
     "biaspack": [("      int shift[W];\n", "      int shift[W];\n      int part[W] = {};\n"),
-                 ("        if constexpr (!KEY_SIGNED) {  // the bias slice: unread where the keys are signed\n"
-                  "          int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);\n"
-                  "#pragma unroll\n          for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
-                  "          bias_column(n, idx & 15, qsum);\n        }\n      }\n    }\n  }\n",
+                 (_SETUP_BIAS + "      }\n    }\n  }\n",
                   "        if constexpr (!KEY_SIGNED) part[w] = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0) + 1024;\n"
                   "      }\n"
                   "      if constexpr (!KEY_SIGNED) {\n"
@@ -205,9 +207,9 @@ EDITS = {
                   "      }\n    }\n  }\n")],
     # timing only (a biased fast group's logits come out wrong): no bias slice built in any set-up,
     # the bound of what the set-up's bias work costs
-    "nobiasset": [("        if constexpr (!KEY_SIGNED) {  // the bias slice: unread where the keys are signed\n",
+    "nobiasset": [(_SETUP_BIAS_OPEN,
                    "        if constexpr (false) {\n"),
-                  ("      if (!KEY_SIGNED && fast) {  // uniform: the group's verdict; unread where the keys are signed\n",
+                  (_SETUP_EACH_BIAS,
                    "      if (false && fast) {\n")],
     # KEY_SIGNED at the two-chunk bodies too (r2 at 64 heads, r4 at 32, r8 at 16): one conversion
     # feeds two chunks there (the fused r2w12 at 64 heads measured 0 to +2% as signedfast)

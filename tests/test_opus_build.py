@@ -690,10 +690,11 @@ def check_i8_kernel(k: dict, what: str) -> None:
     assert k["loop_local"] <= bound, f"{what}: local memory inside the consumers' stage loop"
     assert k["producer_loop_local"] == 0, f"{what}: local memory inside the producer's stage loop"
     nc = min(k["rows"] * k["heads"], 64)
+    chunks = k["rows"] * k["heads"] // nc
     # the bodies whose conversion feeds four 64-column chunks keep signed keys on their fast
     # path, no bias slice (kernel_sm90_i8.cuh, I8Consumer::KEY_SIGNED; docs/perf-notes.md,
     # forty-third and forty-fourth sessions)
-    key_signed = k["rows"] * k["heads"] // nc >= 4
+    key_signed = chunks >= 4
     # nothing else: a dummy HGMMA.64x8x16 that ptxas inserted under register pressure went with
     # wrong fast-path sums on the H200 (docs/perf-notes.md)
     gmma = [f"IGMMA.64x{nc}x32.S8.S8"] + ([] if key_signed else [f"IGMMA.64x{nc}x32.U8.S8"])
@@ -703,7 +704,6 @@ def check_i8_kernel(k: dict, what: str) -> None:
     # whole rows, else a stage's M blocks (OPUS_I8_STAGE_KEYS / 64; I8Shape::FAST_SPAN); the
     # canonical path one rolled M block: chunks x 4 scale blocks x 4 k-slices (w20, the split
     # body: one k-slice a scale block); twice: one consumer for a float32 out, one for a narrow out
-    chunks = k["rows"] * k["heads"] // nc
     span = 2 if chunks >= 4 and k["heads"] <= nc else opus_instances.I8_STAGE_KEYS // 64
     slices = 1 if k["warps"] == 20 else 4
     assert k["igmma"] == 2 * (span * chunks * (4 if key_signed else 5) + chunks * 4 * slices), (what, k["igmma"])
