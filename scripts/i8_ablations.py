@@ -81,10 +81,11 @@ _KS_CONVERT = "    if constexpr (KEY_SIGNED) {\n      convert_signed(raw0, raw1,
 # the set-up's bias work as landed: setup_turns' column sum and slot (skipped where the keys are
 # signed), and setup_each's branch; the lines biascol, biaspack and nobiasset change
 _SETUP_BIAS_OPEN = "        if constexpr (!KEY_SIGNED) {  // the bias slice: unread where the keys are signed\n"
-_SETUP_BIAS = (_SETUP_BIAS_OPEN +
-               "          int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);\n"
-               "#pragma unroll\n          for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
-               "          bias_column(n, idx & 15, qsum);\n        }\n")
+_SETUP_BIAS_SUM = ("        int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);\n"
+                   "#pragma unroll\n        for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
+                   "        bias_column(n, idx & 15, qsum);\n")  # unwrapped (biascol's form)
+_SETUP_BIAS = _SETUP_BIAS_OPEN + "".join("  " + l if not l.startswith("#") else l
+                                         for l in _SETUP_BIAS_SUM.splitlines(True)) + "        }\n"
 _SETUP_EACH_BIAS = "      if (!KEY_SIGNED && fast) {  // uniform: the group's verdict; unread where the keys are signed\n"
 # block_tables (an M block's two tables) and the conversion from given tables, convert_fast
 # keeping its form on top of it (biased keys: a KEY_SIGNED body comes out wrong with these, its
@@ -180,10 +181,7 @@ EDITS = {
                     "  static constexpr bool KEY_SIGNED = false;\n")],
     # KEY_SIGNED's set-up building the bias slice again (its column sums and slots, never read
     # there): the landed form's A/B (docs/perf-notes.md, forty-fourth session: nobiascol)
-    "biascol": [(_SETUP_BIAS,
-                 "        int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4a(int(hi[w]), 0x01010101, 0);\n"
-                 "#pragma unroll\n        for (int m = 8; m > 0; m >>= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);\n"
-                 "        bias_column(n, idx & 15, qsum);\n"),
+    "biascol": [(_SETUP_BIAS, _SETUP_BIAS_SUM),
                 (_SETUP_EACH_BIAS,
                  "      if (fast) {  // uniform: the group's verdict\n")],
     # the set-up's column sums two words at a time: the two partial sums (offset to [0, 2048]:
