@@ -777,9 +777,10 @@ struct I8Consumer {
   }
   // W words a turn as independent chains: every word's table load and permutes first, then every
   // word's stores and column sum, with no branch on the verdict (a canonical group's bias column
-  // is written and never read; KEY_SIGNED bodies build no bias slice: r4w12 at 64 heads 2-5%
-  // faster at one to 64 sequences, r8w12 at 32 heads 7-12%, docs/perf-notes.md, forty-fourth
-  // session). Against one word a turn with the verdict's branches it took the
+  // is written and never read; KEY_SIGNED bodies build no bias slice: in the harness at 8192
+  // keys r4w12 at 64 heads 2-5% faster at one to 64 sequences, r8w12 at 32 heads 7-12%, less
+  // in the op's longer calls: docs/perf-notes.md, forty-fourth and forty-fifth sessions).
+  // Against one word a turn with the verdict's branches it took the
   // set-up's conversion from ~1.3 to ~0.9 us on r1w12 and from ~4 to ~1.6 us on r2w12, and the
   // kernels 1-4% (one row) and 3-10% (two and four rows) off 1-8 sequences x 8192 keys on the
   // H200; at 64 sequences r2w12 +1-2%, r4w12 -1-3% (docs/perf-notes.md, thirty-third session).
