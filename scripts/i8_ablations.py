@@ -76,7 +76,8 @@ _TAB_NEXT = ("        (void)d;\n        const I8Table c0 = tab[0], c1 = tab[1];\
 _MMA_FAST_HEAD = "  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n"
 _KS_MMA = "    if constexpr (KEY_SIGNED) {\n      mma_chunk<NC>(acc, a, ch);\n      return;\n    }\n"
 _BIAS_OPEN = "    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start("  # the bias slice's first statements
-_KEY_SIGNED_DEF = "  static constexpr bool KEY_SIGNED = S::CHUNKS >= 4 && !SPLIT;\n"  # the line biasedkeys changes
+_KEY_SIGNED_DEF = ("  static constexpr bool KEY_SIGNED =\n"
+                   "      !SPLIT && (S::CHUNKS >= 4 || (S::CHUNKS == 2 && (CANON || UNION || H >= S::NC)));\n")  # biasedkeys, keysigned2, keysigned4
 _KS_CONVERT = "    if constexpr (KEY_SIGNED) {\n      convert_signed(raw0, raw1, d0, d1, a);\n      return;\n    }\n"
 # the set-up's bias work as landed: setup_turns' column sum and slot (skipped where the keys are
 # signed), and setup_each's branch; the lines biascol, biaspack and nobiasset change
@@ -175,8 +176,8 @@ EDITS = {
     "nobias": [(_MMA_FAST_HEAD + _KS_MMA + _BIAS_OPEN,
                 _MMA_FAST_HEAD + _KS_MMA + "#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), j > 0);\n"
                 "    return;\n" + _BIAS_OPEN)],
-    # KEY_SIGNED off: the four-chunk bodies back on the biased keys and the bias slice (the landed
-    # form's A/B; signedfast and keysigned4 measured it before it landed)
+    # KEY_SIGNED off: every body back on the biased keys and the bias slice (the landed form's
+    # A/B; signedfast and the four-chunk form measured it before it landed)
     "biasedkeys": [(_KEY_SIGNED_DEF,
                     "  static constexpr bool KEY_SIGNED = false;\n")],
     # KEY_SIGNED's set-up building the bias slice again (its column sums and slots, never read
@@ -209,10 +210,13 @@ EDITS = {
                    "        if constexpr (false) {\n"),
                   (_SETUP_EACH_BIAS,
                    "      if (false && fast) {\n")],
-    # KEY_SIGNED at the two-chunk bodies too (r2 at 64 heads, r4 at 32, r8 at 16): one conversion
-    # feeds two chunks there (the fused r2w12 at 64 heads measured 0 to +2% as signedfast)
+    # KEY_SIGNED at every two-chunk body, the fused ones whose chunk holds several rows too (r4 at
+    # 32 heads, r8 at 16; docs/perf-notes.md, forty-sixth session: r4 H32 4-6% slower at 64
+    # sequences), and at four chunks alone (the tree before the two-chunk bodies took it)
     "keysigned2": [(_KEY_SIGNED_DEF,
                     "  static constexpr bool KEY_SIGNED = S::CHUNKS >= 2 && !SPLIT;\n")],
+    "keysigned4": [(_KEY_SIGNED_DEF,
+                    "  static constexpr bool KEY_SIGNED = S::CHUNKS >= 4 && !SPLIT;\n")],
     # signed keys on the fast path (exact): the query's signed conversion (i8_word, two ALU
     # instructions a word more) and no bias slice, four k-slices of s8 keys a chunk
     "signedfast": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n", "    const I8Table t0 = sm.tables[d0], t1 = sm.tables[d1];\n"),

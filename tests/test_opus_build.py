@@ -671,8 +671,8 @@ def check_i8_kernel(k: dict, what: str) -> None:
     nothing inside the consumers' stage loop nor the producer's; INT8 wgmma of 64 x min(rows x
     heads, 64) x 32 with A from registers (w20: the fast path's four k-slices with A from shared
     memory): on the fast path u8 keys (biased) against s8 queries, the bias slice and four
-    k-slices a chunk (four chunks a group: s8 keys, four k-slices, and no bias slice built in
-    the set-up); on the canonical path s8 keys, four k-slices a chunk and scale block (w20: one)."""
+    k-slices a chunk (I8Consumer::KEY_SIGNED's bodies: s8 keys, four k-slices, and no bias slice
+    built in the set-up); on the canonical path s8 keys, four k-slices a chunk and scale block (w20: one)."""
     # w16: the producer warpgroup keeps 24 registers, and the walk's state outside its stage
     # loop goes to local memory
     # i8u and i8uc r8: the union's per-piece state (its list windows and piece bounds) beside r8's;
@@ -691,10 +691,11 @@ def check_i8_kernel(k: dict, what: str) -> None:
     assert k["producer_loop_local"] == 0, f"{what}: local memory inside the producer's stage loop"
     nc = min(k["rows"] * k["heads"], 64)
     chunks = k["rows"] * k["heads"] // nc
-    # the bodies whose conversion feeds four 64-column chunks keep signed keys on their fast
-    # path, no bias slice (kernel_sm90_i8.cuh, I8Consumer::KEY_SIGNED; docs/perf-notes.md,
-    # forty-third and forty-fourth sessions)
-    key_signed = chunks >= 4
+    # signed keys on the fast path, no bias slice, where one conversion feeds four 64-column
+    # chunks, and at two chunks but in the fused table bodies whose chunk holds several rows
+    # (kernel_sm90_i8.cuh, I8Consumer::KEY_SIGNED; docs/perf-notes.md, forty-third, forty-fourth
+    # and forty-sixth sessions)
+    key_signed = chunks >= 4 or (chunks == 2 and (k["family"] != "i8" or k["heads"] >= nc))
     # nothing else: a dummy HGMMA.64x8x16 that ptxas inserted under register pressure went with
     # wrong fast-path sums on the H200 (docs/perf-notes.md)
     gmma = [f"IGMMA.64x{nc}x32.S8.S8"] + ([] if key_signed else [f"IGMMA.64x{nc}x32.U8.S8"])

@@ -539,11 +539,18 @@ struct I8Consumer {
   // KEY_SIGNED: the fast path's keys as signed bytes through the query's tables at the keys'
   // shifts (convert_signed: two ALU instructions a word more than the biased form) against the
   // four k-slices alone (mma_chunk: no bias slice, a fifth of a chunk's wgmma) -- the same exact
-  // integers. Where one conversion feeds four chunks the wgmma saved outweigh the ALU: r4w12 at 64
-  // heads 2-4% faster, r8w12 at 32 heads 4-7% (its union bodies 1-4%), r2w12 at 128 heads 5-10%
-  // (docs/perf-notes.md, forty-second to forty-fourth sessions); at two chunks it did not pay
-  // (r2w12 at 64 heads 0 to +2%), and a one-chunk body's conversion is its own.
-  static constexpr bool KEY_SIGNED = S::CHUNKS >= 4 && !SPLIT;
+  // integers -- and a set-up that builds no bias slice. Where one conversion feeds four chunks the
+  // wgmma saved outweigh the ALU: r4w12 at 64 heads 2-4% faster, r8w12 at 32 heads 4-7% (its union
+  // bodies 1-4%), r2w12 at 128 heads 5-10% (docs/perf-notes.md, forty-second to forty-fourth
+  // sessions). At two chunks it pays through the set-up: r2w12 at 64 heads 2-9% faster in the
+  // harness but at 64 x 32768 keys (+1.3%), and the V4 MTP 2 / MTP 4 rows it serves in the op up to
+  // 10% faster (none slower than +0.1%); the canonical and union bodies of two chunks 1-12% faster.
+  // The fused table bodies whose chunk holds several rows keep the biased keys (r4 at 32 heads,
+  // RS2: 4-6% slower at 64 sequences; r8 at 16 heads not measured), as do the one-chunk bodies,
+  // whose conversion is their own; r1 at 128 heads and r2w16 take signed keys untimed
+  // (docs/perf-notes.md, forty-sixth session).
+  static constexpr bool KEY_SIGNED =
+      !SPLIT && (S::CHUNKS >= 4 || (S::CHUNKS == 2 && (CANON || UNION || H >= S::NC)));
   // The group's output rows: in registers for up to two rows, read from shared memory for more
   // (registers the wider groups' stage loops do not have)
   static constexpr bool ROWS_IN_REGS = R <= 2;
