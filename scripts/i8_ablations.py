@@ -211,7 +211,7 @@ EDITS = {
                   (_SETUP_EACH_BIAS,
                    "      if (false && fast) {\n")],
     # KEY_SIGNED at every two-chunk body, the fused ones whose chunk holds several rows too (r4 at
-    # 32 heads, r8 at 16; docs/perf-notes.md, forty-sixth session: r4 H32 4-6% slower at 64
+    # 32 heads, r8 at 16; docs/perf-notes.md, forty-sixth session: r4 H32 4-6% slower at 16-64
     # sequences), and at four chunks alone (the tree before the two-chunk bodies took it)
     "keysigned2": [(_KEY_SIGNED_DEF,
                     "  static constexpr bool KEY_SIGNED = S::CHUNKS >= 2 && !SPLIT;\n")],

@@ -546,8 +546,8 @@ struct I8Consumer {
   // harness but at 64 x 32768 keys (+1.3%), and the V4 MTP 2 / MTP 4 rows it serves in the op up to
   // 10% faster (none slower than +0.1%); the canonical and union bodies of two chunks 1-12% faster.
   // The fused table bodies whose chunk holds several rows keep the biased keys (r4 at 32 heads,
-  // RS2: 4-6% slower at 64 sequences; r8 at 16 heads not measured), as do the one-chunk bodies,
-  // whose conversion is their own; r1 at 128 heads and r2w16 take signed keys untimed
+  // RS2: 4-6% slower at 16 and 64 sequences; r8 at 16 heads not measured), as do the one-chunk
+  // bodies, whose conversion is their own; r1 at 128 heads and r2w16 take signed keys untimed
   // (docs/perf-notes.md, forty-sixth session).
   static constexpr bool KEY_SIGNED =
       !SPLIT && (S::CHUNKS >= 4 || (S::CHUNKS == 2 && (CANON || UNION || H >= S::NC)));
