@@ -541,10 +541,12 @@ struct I8Consumer {
   // four k-slices alone (mma_chunk: no bias slice, a fifth of a chunk's wgmma) -- the same exact
   // integers -- and a set-up that builds no bias slice. Where one conversion feeds four chunks the
   // wgmma saved outweigh the ALU: r4w12 at 64 heads 2-4% faster, r8w12 at 32 heads 4-7% (its union
-  // bodies 1-4%), r2w12 at 128 heads 5-10% (docs/perf-notes.md, forty-second to forty-fourth
-  // sessions). At two chunks it pays through the set-up: r2w12 at 64 heads 2-9% faster in the
-  // harness but at 64 x 32768 keys (+1.3%), and the V4 MTP 2 / MTP 4 rows it serves in the op up to
-  // 10% faster (none slower than +0.1%); the canonical and union bodies of two chunks 1-12% faster.
+  // bodies 1-4%), r2w12 at 128 heads 5-10%, and the set-up without the slice 2-5% (r4w12) and
+  // 7-12% (r8w12) more at 8192 keys, less in the op's longer calls (docs/perf-notes.md,
+  // forty-second to forty-fifth sessions). At two chunks it pays through the set-up: r2w12 at
+  // 64 heads 2-9% faster in the harness but at 64 x 32768 keys (+1.3%), and the V4 MTP 2 / MTP 4
+  // rows it serves in the op up to 10% faster (none slower than +0.1%); the canonical and union
+  // bodies of two chunks 1-12% faster.
   // The fused table bodies whose chunk holds several rows keep the biased keys (r4 at 32 heads,
   // RS2: 4-6% slower at 16 and 64 sequences; r8 at 16 heads not measured), as do the one-chunk
   // bodies, whose conversion is their own; r1 at 128 heads and r2w16 take signed keys untimed
@@ -784,10 +786,8 @@ struct I8Consumer {
   }
   // W words a turn as independent chains: every word's table load and permutes first, then every
   // word's stores and column sum, with no branch on the verdict (a canonical group's bias column
-  // is written and never read; KEY_SIGNED bodies build no bias slice: in the harness at 8192
-  // keys r4w12 at 64 heads 2-5% faster at one to 64 sequences, r8w12 at 32 heads 7-12%, less
-  // in the op's longer calls: docs/perf-notes.md, forty-fourth and forty-fifth sessions).
-  // Against one word a turn with the verdict's branches it took the
+  // is written and never read; KEY_SIGNED bodies build no bias slice: what that saves is said
+  // at KEY_SIGNED). Against one word a turn with the verdict's branches it took the
   // set-up's conversion from ~1.3 to ~0.9 us on r1w12 and from ~4 to ~1.6 us on r2w12, and the
   // kernels 1-4% (one row) and 3-10% (two and four rows) off 1-8 sequences x 8192 keys on the
   // H200; at 64 sequences r2w12 +1-2%, r4w12 -1-3% (docs/perf-notes.md, thirty-third session).
