@@ -541,6 +541,35 @@ EDITS["nospread"] = [("    const bool fast = cols_fast && wexp_g - wlo_g <= kI8W
 EDITS["nc128"] = [("  static constexpr int NC = N < 64 ? N : 64;       // columns of one wgmma\n",
                    "  static constexpr int NC = N < 128 ? N : 128;     // columns of one wgmma\n"),
                   ("sm90_ptx.cuh", "#undef OPUS_IGMMA0_BOTH\n", _W128)]
+# ssplace on the signed keys (KEY_SIGNED bodies only: r4w12 and r2w12 at 64 heads, ids 18 and 17;
+# elsewhere its logits are wrong): the M block's converted operand stored to the consumer's own
+# tile as ssplace does, the four k-slices read from it (SS), the first starting the accumulator --
+# no bias slice, so every wgmma of the fast path is SS, as DeepGEMM's are. ssplace lost 17-28% on
+# the biased keys in decode (twelfth session); this asks it in Prefill, where one conversion feeds
+# four chunks and the parts add (forty-seventh session)
+_SS_START = """// ssplacesigned: an SS m64n64k32 on signed bytes that starts D (scale-d 0)
+struct WgmmaI8SSStart {
+  static OPUS_DEV void run(int32_t (&d)[32], uint64_t a, uint64_t b) {
+    asm volatile("{\\n.reg .pred p;\\nsetp.ne.u32 p, 0, 0;\\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p;\\n}\\n"
+                 : OPUS_W32(d, 0)
+                 : "l"(a), "l"(b));
+  }
+};
+
+#undef OPUS_IGMMA0_BOTH
+"""
+EDITS["ssplacesigned"] = EDITS["ssplace"][:2] + [
+    ("      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n",
+     "      {\n"
+     "        const uint64_t ad = smem_desc_at(kI8SmemBase + uint32_t(offsetof(Sm, atile)) + uint32_t((c * 2 + (ml & 1)) * sizeof(sm.atile[0][0])), 128, 256);\n"
+     "        WgmmaI8SSStart::run(acc[u & 1], ad, b_desc(0, ch));\n"
+     "#pragma unroll\n"
+     "        for (int j = 1; j < 4; ++j) WgmmaI8<S::NC>::run_ss(acc[u & 1], ad + uint64_t((j * 2048) >> 4), b_desc(j, ch));\n"
+     "      }\n"),
+    ("sm90_ptx.cuh", "#undef OPUS_IGMMA0_BOTH\n", _SS_START)]
 # ssplace with its barrier left out (timing only: a warp may read another's rows before they are
 # written), to read the barrier's share of its cost
 EDITS["ssplacenobar"] = [(old, new.replace("          bar_sync(2 + c, 128);\n", "")) for old, new in EDITS["ssplace"]]
