@@ -564,7 +564,8 @@ struct WgmmaI8SSStart {
 EDITS["ssplacesigned"] = EDITS["ssplace"][:2] + [
     ("      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n",
      "      {\n"
-     "        const uint64_t ad = smem_desc_at(kI8SmemBase + uint32_t(offsetof(Sm, atile)) + uint32_t((c * 2 + (ml & 1)) * sizeof(sm.atile[0][0])), 128, 256);\n"
+     "        const int cu = __shfl_sync(0xFFFFFFFFu, c, 0);  // uniform, so the descriptor can live in uniform registers\n"
+     "        const uint64_t ad = smem_desc_at(kI8SmemBase + uint32_t(offsetof(Sm, atile)) + uint32_t((cu * 2 + (ml & 1)) * sizeof(sm.atile[0][0])), 128, 256);\n"
      "        WgmmaI8SSStart::run(acc[u & 1], ad, b_desc(0, ch));\n"
      "#pragma unroll\n"
      "        for (int j = 1; j < 4; ++j) WgmmaI8<S::NC>::run_ss(acc[u & 1], ad + uint64_t((j * 2048) >> 4), b_desc(j, ch));\n"
