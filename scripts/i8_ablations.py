@@ -303,9 +303,14 @@ EDITS = {
                   "  }\n};\n")],
     # the fast path's stores skipped (timing only: out keeps what was there) while the sums and
     # their quad reductions stay live (a store whose condition no finite sum meets)
+    # (the predicated stores too: PRED_STORES bodies, r2 and up, store through store_key_if)
     "nostore": [("    if (store_mask >> (r * S::MB + mb) & 1u) {\n      if constexpr (UNION) union_col(r, n, n0, n);",
                  "    if ((store_mask >> (r * S::MB + mb) & 1u) && __float_as_uint(v) == 0x7FC00001u) {\n"
-                 "      if constexpr (UNION) union_col(r, n, n0, n);")],
+                 "      if constexpr (UNION) union_col(r, n, n0, n);"),
+                ("      store_key_if(store_mask >> (r * S::MB + mb) & 1u, row_out(r), n, fmul_rn(v, scale));\n",
+                 "      store_key_if((store_mask >> (r * S::MB + mb) & 1u) && __float_as_uint(v) == 0x7FC00001u, row_out(r), n, fmul_rn(v, scale));\n"),
+                ("        store_key_if(store_mask >> (r * S::MB + mb) & 1u, pair_row(2 * ch, lr), n, v);\n",
+                 "        store_key_if((store_mask >> (r * S::MB + mb) & 1u) && __float_as_uint(v) == 0x7FC00001u, pair_row(2 * ch, lr), n, v);\n")],
     "novote": [("      fast = bar_and(2 + c, 128, ok);", "      fast = true;\n      (void)ok;")],
     # every key through the shift-0 table (timing only: wrong logits where a block's offset is not
     # 0): what choosing each key's table by its offsets costs (the quad shuffles, the address, an
@@ -407,8 +412,11 @@ EDITS = {
     # both
     "aheadboth": [_TAB_FUNCS, _TAB_FIRST,
                   (_RAW_NOW + _RELEASE_CONVERT, _RAW_NEXT + _TAB_NEXT + "        convert_fast_t(cur0, cur1, c0, c1, afr[ml & 1]);\n")],
+    # (the signed keys' tables too: KEY_SIGNED bodies convert through convert_signed)
     "onetable": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
-                  "    const I8Table t0 = sm.ktables[0], t1 = sm.ktables[0];\n    (void)d0, (void)d1;\n")],
+                  "    const I8Table t0 = sm.ktables[0], t1 = sm.ktables[0];\n    (void)d0, (void)d1;\n"),
+                 ("    const I8Table t0 = sm.tables[d0], t1 = sm.tables[d1];\n",
+                  "    const I8Table t0 = sm.tables[0], t1 = sm.tables[0];\n    (void)d0, (void)d1;\n")],
     # the split body (id 32): its converters' vote without the warpgroup barrier (exact on data
     # whose stages are all fast: what the bar.red a stage costs the converters)
     "splitnovote": [("    return khi > 0 && bar_and(4 + c, 128, ok);  // khi uniform: the group's verdict\n",
