@@ -158,9 +158,7 @@ EDITS = {
                "    mbar_arrive(&sm.empty[c][ring.slot]);\n    return;\n    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n")],
     # the fast conversion down to one permute a register (9 instructions a word -> 2), in both
     # forms: the biased keys' (i8_key_word) and the signed keys' (convert_signed, which the
-    # canonical path shares: its stages go wrong too). Before the forty-seventh session only the
-    # biased form was cut, so the variant left every KEY_SIGNED body as it was (its r4w12 Prefill
-    # "noconv" of that session read +0.0% for that reason).
+    # canonical path shares: its stages go wrong too)
     "noconv": [("      i8_key_word(w0[j], t0, ones, a[j][0], a[j][2]);\n      i8_key_word(w1[j], t1, ones, a[j][1], a[j][3]);\n",
                 "      a[j][0] = prmt(t0.pos_lo, t0.pos_hi, w0[j]);\n      a[j][2] = prmt(t0.neg_lo, t0.neg_hi, w0[j]);\n"
                 "      a[j][1] = prmt(t1.pos_lo, t1.pos_hi, w1[j]);\n      a[j][3] = prmt(t1.neg_lo, t1.neg_hi, w1[j]);\n"),
@@ -302,8 +300,8 @@ EDITS = {
                   "                 : OPUS_W32(d, 0) : \"l\"(a), \"l\"(b));\n"
                   "  }\n};\n")],
     # the fast path's stores skipped (timing only: out keeps what was there) while the sums and
-    # their quad reductions stay live (a store whose condition no finite sum meets)
-    # (the predicated stores too: PRED_STORES bodies, r2 and up, store through store_key_if)
+    # their quad reductions stay live (a store whose condition no finite sum meets), the branched
+    # stores and the predicated ones (store_key_if: PRED_STORES bodies) alike
     "nostore": [("    if (store_mask >> (r * S::MB + mb) & 1u) {\n      if constexpr (UNION) union_col(r, n, n0, n);",
                  "    if ((store_mask >> (r * S::MB + mb) & 1u) && __float_as_uint(v) == 0x7FC00001u) {\n"
                  "      if constexpr (UNION) union_col(r, n, n0, n);"),
@@ -312,9 +310,6 @@ EDITS = {
                 ("        store_key_if(store_mask >> (r * S::MB + mb) & 1u, pair_row(2 * ch, lr), n, v);\n",
                  "        store_key_if((store_mask >> (r * S::MB + mb) & 1u) && __float_as_uint(v) == 0x7FC00001u, pair_row(2 * ch, lr), n, v);\n")],
     "novote": [("      fast = bar_and(2 + c, 128, ok);", "      fast = true;\n      (void)ok;")],
-    # every key through the shift-0 table (timing only: wrong logits where a block's offset is not
-    # 0): what choosing each key's table by its offsets costs (the quad shuffles, the address, an
-    # LDS.128 a key and M block)
     # the fast stage's logit stores all after the span's last wgmma wait (each unit's value made
     # where its store was, no memory operation between the wgmma statements: a store there is kept
     # in order with them, and its shuffles' latency with it)
@@ -412,7 +407,9 @@ EDITS = {
     # both
     "aheadboth": [_TAB_FUNCS, _TAB_FIRST,
                   (_RAW_NOW + _RELEASE_CONVERT, _RAW_NEXT + _TAB_NEXT + "        convert_fast_t(cur0, cur1, c0, c1, afr[ml & 1]);\n")],
-    # (the signed keys' tables too: KEY_SIGNED bodies convert through convert_signed)
+    # every key through the shift-0 table (timing only: wrong logits where a block's offset is not
+    # 0): what choosing each key's table by its offsets costs (the quad shuffles, the address, an
+    # LDS.128 a key and M block), the biased keys' tables and the signed keys' (convert_signed) alike
     "onetable": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
                   "    const I8Table t0 = sm.ktables[0], t1 = sm.ktables[0];\n    (void)d0, (void)d1;\n"),
                  ("    const I8Table t0 = sm.tables[d0], t1 = sm.tables[d1];\n",
@@ -553,7 +550,7 @@ EDITS["nc128"] = [("  static constexpr int NC = N < 64 ? N : 64;       // column
 # elsewhere its logits are wrong): the M block's converted operand stored to the consumer's own
 # tile as ssplace does, the four k-slices read from it (SS), the first starting the accumulator --
 # no bias slice, so every wgmma of the fast path is SS, as DeepGEMM's are. ssplace lost 17-28% on
-# the biased keys in decode (twelfth session); this asks it in Prefill, where one conversion feeds
+# the biased keys in decode (thirteenth session); this asks it in Prefill, where one conversion feeds
 # four chunks and the parts add (forty-seventh session)
 _SS_START = """// ssplacesigned: an SS m64n64k32 on signed bytes that starts D (scale-d 0)
 struct WgmmaI8SSStart {
