@@ -111,7 +111,7 @@ def main() -> int:
         why = peer_reason or peer.unsupported(prob)
         if why is None:
             try:
-                dg = peer.DeepGemmCall(prob, prob.max_seq_len)
+                dg = peer.call_for(prob, prob.max_seq_len)
                 dg()
                 torch.cuda.synchronize()
                 if first is not None:
@@ -127,7 +127,7 @@ def main() -> int:
                 times[n].append(time_us(fn, dev, iters=args.iters))
         med = {n: statistics.median(v) for n, v in times.items()}
         peer_us = med.get("deepgemm")
-        meta_us = time_us(dg.metadata, dev, iters=args.iters) if dg is not None else None
+        meta_us = time_us(dg.metadata, dev, iters=args.iters) if dg is not None and dg.metadata is not None else None
         for n, us in med.items():
             ratio = f"{us / peer_us:.3f}" if peer_us else ""
             rows.append(dict(shape=spec, data=args.data, candidate=n, us=f"{us:.2f}", floor_us=f"{floor:.2f}",

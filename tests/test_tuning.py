@@ -556,6 +556,66 @@ def test_bench_peer_rows_and_ratio(monkeypatch):
     assert {r["data"] for r in rows} == {"realistic"}
 
 
+class _FakeDeepGemm:
+    """deep_gemm's two MQA-logits calls as their sm_90 kernels define them -- each head's FP8 dot
+    product, relu, times its weight, summed over heads, times the key's scale -- in float on the
+    CPU: what tuning/peer.py's adapters must feed them for the peer's logits to follow ours."""
+
+    @staticmethod
+    def _logits(q, k, scale, w):  # q [R, H, D] e4m3, k [N, D] e4m3, scale [N], w [R, H]
+        s = torch.einsum("rhd,nd->rhn", q.float(), k.float()).clamp(min=0)
+        return torch.einsum("rhn,rh->rn", s, w) * scale[None, :]
+
+    def fp8_fp4_mqa_logits(self, q, kv, weights, ks, ke, max_seqlen_k):
+        (qf, q_sf), (k, scale) = q, kv
+        assert q_sf is None and ks.dtype == ke.dtype == torch.int32 and int(ks.max()) == 0
+        return self._logits(qf, k, scale, weights)[:, :max_seqlen_k]
+
+    def get_num_sms(self):
+        return 132
+
+    def get_paged_mqa_logits_metadata(self, lens, block_kv, num_sms):
+        return None
+
+    def fp8_fp4_paged_mqa_logits(self, q, kv_cache, weights, lens, table, meta, max_len):
+        qf = q[0]  # [b, next_n, H, D]
+        b, n, heads, d = qf.shape
+        page = kv_cache.shape[1]
+        flat = kv_cache.reshape(kv_cache.shape[0], -1)  # a page: its keys' E4M3 bytes, then their fp32 scales
+        vals = flat[:, :page * d].contiguous().view(torch.float8_e4m3fn).view(-1, page, d)
+        scales = flat[:, page * d:].contiguous().view(torch.float32).view(-1, page)
+        keys = torch.arange(max_len)
+        out = []
+        for s in range(b):
+            pages = table[s, keys // page].long()
+            out.append(self._logits(qf[s], vals[pages, keys % page], scales[pages, keys % page],
+                                    weights.view(b, n, heads)[s]))
+        return torch.cat(out)
+
+
+@pytest.mark.parametrize("seqs", [[(300, 7)], [(200, 2), (150, 2)]], ids=["prefill", "paged"])
+def test_peer_adapters_follow_the_reference(seqs, monkeypatch):
+    """tuning/peer.py's conversions (FP8 keys and queries, the fused pages, the prefill's gathered
+    keys and windows) checked against the float64 reference through a CPU model of DeepGEMM's two
+    calls: the median relative difference is the FP8 rounding's, and rows out of place fail."""
+    from mqa_logits_mxfp4.problems import make_problem
+    from mqa_logits_mxfp4.reference import mqa_logits_reference
+
+    peer = bench.peer
+    monkeypatch.setitem(sys.modules, "deep_gemm", _FakeDeepGemm())
+    prob = make_problem(heads=32, page_size=64, seqs=seqs, block_spread=2,
+                        generator=torch.Generator().manual_seed(5))
+    prefill = len(seqs) == 1
+    assert peer.is_prefill(prob) == prefill and peer.unsupported(prob) is None
+    call = peer.call_for(prob, prob.max_seq_len)
+    assert type(call) is (peer.DeepGemmPrefillCall if prefill else peer.DeepGemmCall)
+    assert (call.metadata is None) == prefill
+    ref = mqa_logits_reference(*prob.args(), max_seq_len=prob.max_seq_len).ref
+    ours = ref.float()
+    assert call.check(ours) < 0.06
+    assert call.check(ours.roll(1, 0)) > 0.3
+
+
 # --- the command line -----------------------------------------------------------------------
 
 def test_commands_parse():

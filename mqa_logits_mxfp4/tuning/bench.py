@@ -111,13 +111,13 @@ def peer_rows(shape: Shape, result, problem, tuner: Tuner, work: dict, ceil: dic
     floor = floor_us(work, ceil)
     base = dict(suite=shape.suite, shape=shape.name, kind=shape.kind, layers=shape.layers, floor_us=f"{floor:.3f}",
                 bytes=work.get("bytes", ""), flops=work.get("flops", ""), backend="deepgemm",
-                instance="fp8_paged_mqa_logits", mode="")
+                instance="fp8_mqa_logits" if peer.is_prefill(problem) else "fp8_paged_mqa_logits", mode="")
     why = peer.available() or peer.unsupported(problem)
     if why is not None:
         return [dict(base, status="skipped", note=why)]
     best = result.best
     try:
-        call = peer.DeepGemmCall(problem, shape.max_seq_len)
+        call = peer.call_for(problem, shape.max_seq_len)
         call()
         out = torch.empty((problem.rows, shape.max_seq_len), dtype=tuner.out_dtype, device=tuner.device)
         ours, build = candidate_runner(best.candidate, result.key, problem, out)
@@ -127,14 +127,16 @@ def peer_rows(shape: Shape, result, problem, tuner: Tuner, work: dict, ceil: dic
         for _ in range(rounds):
             theirs_us += tuner.timer(call, "deepgemm", max(1, tuner.iters // rounds), 1)
             ours_us += tuner.timer(ours, best.candidate.label, max(1, tuner.iters // rounds), 1)
-        meta_us = statistics.median(tuner.timer(call.metadata, "deepgemm:metadata", 5, 1))
+        meta_us = (statistics.median(tuner.timer(call.metadata, "deepgemm:metadata", 5, 1))
+                   if call.metadata is not None else None)  # the contiguous kernel has no schedule
     except Exception as e:  # the peer refused this problem (e.g. next_n > 2): the row says why
         return [dict(base, status="error", note=f"{type(e).__name__}: {e}"[:500])]
     t, o = statistics.median(theirs_us), statistics.median(ours_us)
-    return [dict(base, status="ok", us=f"{t:.3f}", launch_us=f"{t:.3f}", schedule_us=f"{meta_us:.3f}",
+    return [dict(base, status="ok", us=f"{t:.3f}", launch_us=f"{t:.3f}",
+                 schedule_us="" if meta_us is None else f"{meta_us:.3f}",
                  **_rate_columns(t, work, floor), vs_peer="1",
-                 note=f"interleaved with {best.candidate.label} ({o:.3f} us there): ours / peer {o / t:.3f}; "
-                      "schedule_us: its metadata kernel, once a step")]
+                 note=f"interleaved with {best.candidate.label} ({o:.3f} us there): ours / peer {o / t:.3f}"
+                      + ("" if meta_us is None else "; schedule_us: its metadata kernel, once a step"))]
 
 
 def bench(shapes: list[Shape], tuner: Tuner, ceil: dict, *, best_only: bool = False, progress=None,

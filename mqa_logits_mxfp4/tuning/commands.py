@@ -411,8 +411,8 @@ def add_commands(subparsers) -> None:
     bench.add_argument("--png", help="the plot (default: the CSV's name with .png)")
     bench.add_argument("--best", action="store_true", help="one row per backend and shape: its best candidate")
     bench.add_argument("--top", type=int, default=0, help="re-time the N fastest of each shape interleaved (default 0)")
-    bench.add_argument("--peer", choices=("deepgemm",), help="also time DeepGEMM's FP8 paged MQA logits on each "
-                       "problem (where deep_gemm imports and serves the shape), interleaved with our fastest "
+    bench.add_argument("--peer", choices=("deepgemm",), help="also time DeepGEMM's FP8 MQA logits (paged; contiguous "
+                       "for a prefill) on each problem (where deep_gemm imports and serves the shape), interleaved with our fastest "
                        "candidate; every row gets vs_peer = its time / the peer's (docs/tuning.md)")
     bench.add_argument("--batch-invariant", action="store_true", help="every shape as a batch_invariant=True "
                        "config: only canonical instances are candidates (docs/numerics.md)")
