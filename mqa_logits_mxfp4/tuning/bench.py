@@ -111,7 +111,7 @@ def peer_rows(shape: Shape, result, problem, tuner: Tuner, work: dict, ceil: dic
     floor = floor_us(work, ceil)
     base = dict(suite=shape.suite, shape=shape.name, kind=shape.kind, layers=shape.layers, floor_us=f"{floor:.3f}",
                 bytes=work.get("bytes", ""), flops=work.get("flops", ""), backend="deepgemm",
-                instance="fp8_mqa_logits" if peer.is_prefill(problem) else "fp8_paged_mqa_logits", mode="")
+                instance=peer.kernel_name(problem), mode="")
     why = peer.available() or peer.unsupported(problem)
     if why is not None:
         return [dict(base, status="skipped", note=why)]

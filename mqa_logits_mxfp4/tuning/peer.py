@@ -57,6 +57,11 @@ def unsupported(prob: Problem) -> str | None:
     return None
 
 
+def kernel_name(prob: Problem) -> str:
+    """The bench row's name for the peer kernel that serves the problem."""
+    return "fp8_mqa_logits" if is_prefill(prob) else "fp8_paged_mqa_logits"
+
+
 def call_for(prob: Problem, max_seq_len: int):
     """The peer's call for the problem (its contiguous kernel for a prefill, else its paged one)."""
     return DeepGemmPrefillCall(prob, max_seq_len) if is_prefill(prob) else DeepGemmCall(prob, max_seq_len)
@@ -89,8 +94,6 @@ def _median_rel_diff(got: torch.Tensor, ours: torch.Tensor, ends: torch.Tensor) 
 class DeepGemmCall:
     """One problem converted for the peer's paged kernel; calling it runs the peer once (its
     metadata, built once a step, is `metadata` and timed apart)."""
-
-    instance = "fp8_paged_mqa_logits"
 
     def __init__(self, prob: Problem, max_seq_len: int):
         import deep_gemm
@@ -133,7 +136,6 @@ class DeepGemmPrefillCall:
     keys gathered in order into one E4M3 array and its scales, row r's window [0, row_ends[r]).
     The sm_90 kernel takes no schedule, so `metadata` is None."""
 
-    instance = "fp8_mqa_logits"
     metadata = None
 
     def __init__(self, prob: Problem, max_seq_len: int):
