@@ -19,6 +19,8 @@ from mqa_logits_mxfp4.dispatch.checks import check_inputs
 from mqa_logits_mxfp4.core.errors import TableError
 from mqa_logits_mxfp4.dispatch.config import make_config
 from mqa_logits_mxfp4.dispatch.table import COLUMNS
+from mqa_logits_mxfp4.problems import make_problem
+from mqa_logits_mxfp4.reference import mqa_logits_reference
 from mqa_logits_mxfp4.tuning import bench, report, suites, tables, tuner
 from mqa_logits_mxfp4.tuning.commands import _parser, main
 
@@ -598,9 +600,6 @@ def test_peer_adapters_follow_the_reference(seqs, monkeypatch):
     """tuning/peer.py's conversions (FP8 keys and queries, the fused pages, the prefill's gathered
     keys and windows) checked against the float64 reference through a CPU model of DeepGEMM's two
     calls: the median relative difference is the FP8 rounding's, and rows out of place fail."""
-    from mqa_logits_mxfp4.problems import make_problem
-    from mqa_logits_mxfp4.reference import mqa_logits_reference
-
     peer = bench.peer
     monkeypatch.setitem(sys.modules, "deep_gemm", _FakeDeepGemm())
     prob = make_problem(heads=32, page_size=64, seqs=seqs, block_spread=2,
