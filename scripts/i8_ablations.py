@@ -536,6 +536,22 @@ struct WgmmaI8<128, KEY_U8> {
 # kernel's stage unrolled whole / as two rolled spans of two M blocks; the relu as the
 # saturating multiply / as the max on the accumulator's bits everywhere (both exact)
 EDITS["span4"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = MB;\n")]
+# span4 in Prefill launches only (the launch's mode picks the stage's form at run time, both forms
+# built): the unrolled stage where pieces are long (Prefill r4w12 -5.6% at 16384 x 16384 on the
+# H100, forty-eighth session), the two-block spans where decode chose them (twelfth session)
+EDITS["spanmode"] = [
+    ("      fast_span(0, raw_base, raw, offsets, factor, n0, empty);\n    } else {\n#pragma unroll 1\n"
+     "      for (int sp = 0; sp < S::MB / SPAN; ++sp) fast_span(sp, raw_base, raw, offsets, factor, n0, empty);\n",
+     "      fast_span<SPAN>(0, raw_base, raw, offsets, factor, n0, empty);\n    } else {\n"
+     "      if (args.mode == kModePrefill) {  // uniform: the launch's\n"
+     "        fast_span<S::MB>(0, raw_base, raw, offsets, factor, n0, empty);\n        return;\n      }\n#pragma unroll 1\n"
+     "      for (int sp = 0; sp < S::MB / SPAN; ++sp) fast_span<SPAN>(sp, raw_base, raw, offsets, factor, n0, empty);\n"),
+    ("  OPUS_DEV void fast_span(int sp, const uint8_t* raw_base,",
+     "  template <int SPN>\n  OPUS_DEV void fast_span(int sp, const uint8_t* raw_base,"),
+    ("    constexpr int U = SPAN * S::CHUNKS;  // units of a span\n    const int mb0 = SPAN * sp; ",
+     "    constexpr int U = SPN * S::CHUNKS;  // units of a span\n    const int mb0 = SPN * sp; "),
+    ("store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);", "store_unit(U - 1, rs, n0, scale[(SPN - 1) & 1], mb0);"),
+]
 EDITS["span2"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = 2;\n")]
 EDITS["relusat"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = false;\n")]
 EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = true;\n")]
