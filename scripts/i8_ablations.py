@@ -552,6 +552,10 @@ EDITS["spanmode"] = [
      "    constexpr int U = SPN * S::CHUNKS;  // units of a span\n    const int mb0 = SPN * sp; "),
     ("store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);", "store_unit(U - 1, rs, n0, scale[(SPN - 1) & 1], mb0);"),
 ]
+# Prefill's groups taken last row first (program g runs in CTA gridDim.x - 1 - g): the hardware
+# starts CTAs in index order, so a causal sequence's longest windows start first and the short
+# ones fill the end (the longest-first rule) instead of the longest CTAs running alone at the end
+EDITS["prefillrev"] = [("    w.pi.init(sv, rows, blockIdx.x);\n", "    w.pi.init(sv, rows, (int)gridDim.x - 1 - (int)blockIdx.x);\n")]
 EDITS["span2"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = 2;\n")]
 EDITS["relusat"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = false;\n")]
 EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = true;\n")]
