@@ -556,6 +556,9 @@ EDITS["spanmode"] = [
 # starts CTAs in index order, so a causal sequence's longest windows start first and the short
 # ones fill the end (the longest-first rule) instead of the longest CTAs running alone at the end
 EDITS["prefillrev"] = [("    w.pi.init(sv, rows, blockIdx.x);\n", "    w.pi.init(sv, rows, (int)gridDim.x - 1 - (int)blockIdx.x);\n")]
+# 512-key stages unrolled whole (stage512 and span4 together): one wgmma drain, one vote and one
+# stage end a 512 keys, where span4 has two drains and two ends and stage512 four drains
+EDITS["stage512span"] = EDITS["stage512"] + EDITS["span4"]
 EDITS["span2"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = 2;\n")]
 EDITS["relusat"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = false;\n")]
 EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = true;\n")]
