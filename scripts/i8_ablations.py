@@ -536,6 +536,9 @@ struct WgmmaI8<128, KEY_U8> {
 # kernel's stage unrolled whole / as two rolled spans of two M blocks; the relu as the
 # saturating multiply / as the max on the accumulator's bits everywhere (both exact)
 EDITS["span4"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = MB;\n")]
+EDITS["span2"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = 2;\n")]
+EDITS["relusat"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = false;\n")]
+EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = true;\n")]
 # span4 in Prefill launches only (the launch's mode picks the stage's form at run time, both forms
 # built): the unrolled stage where pieces are long (Prefill r4w12 -5.6% at 16384 x 16384 on the
 # H100, forty-eighth session), the two-block spans where decode chose them (twelfth session)
@@ -559,9 +562,6 @@ EDITS["prefillrev"] = [("    w.pi.init(sv, rows, blockIdx.x);\n", "    w.pi.init
 # 512-key stages unrolled whole (stage512 and span4 together): one wgmma drain, one vote and one
 # stage end a 512 keys, where span4 has two drains and two ends and stage512 four drains
 EDITS["stage512span"] = EDITS["stage512"] + EDITS["span4"]
-EDITS["span2"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = 2;\n")]
-EDITS["relusat"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = false;\n")]
-EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = true;\n")]
 # no weight-spread term in the fast rule (only the max relu needs it: with relusat, the simpler
 # tree; alone, wrong bits for groups spanning more than 104 binades, which the harness has none of)
 EDITS["nospread"] = [("    const bool fast = cols_fast && wexp_g - wlo_g <= kI8WeightSpread;  // uniform\n",
