@@ -210,25 +210,48 @@ def _sm90_ptxas(stderr: str, shard: int, kernels: dict, rec: dict, seen: dict) -
 
 
 def _local_in_loops(block: str, marks: tuple[str, ...]) -> int:
-    """LDL/STL instructions inside the loops (a backward branch's range) that hold the
-    instructions starting with one of `marks` (the MMAs: the tile loop; LDGSTS: the producer's
-    stage loop), each mark's smallest such loop, where a spill costs every tile rather than once
-    a piece. (A kernel may hold several copies of a loop: the i8 consumers, one for a float32
-    and one for a narrow out.)"""
-    ins = [(int(a, 16), op) for a, op in re.findall(
-        r"^\s+/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*[^;]*);", block, re.M)]
+    """LDL/STL instructions inside the loops that hold the instructions starting with one of
+    `marks` (the MMAs: the tile loop; LDGSTS: the producer's stage loop), each mark's smallest such
+    loop, where a spill costs every tile rather than once a piece. (A kernel may hold several
+    copies of a loop: the i8 consumers, one for a float32 and one for a narrow out.)
+
+    A loop is a natural loop of the control flow: a backward branch's target and every
+    instruction that reaches the branch without passing that target. Not an address range: ptxas
+    may lay another role's code between a loop's first and last instruction (the producer's
+    per-piece code inside the range of a consumer loop), or a loop's cold path after its branch."""
+    # (address, predicated, instruction); @PT is always true: not a predicate
+    ins = [(int(a, 16), pred.strip() not in ("", "@PT"), op) for a, pred, op in re.findall(
+        r"^\s+/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*[^;]*);", block, re.M)]
+    at = {a: i for i, (a, _, _) in enumerate(ins)}
+    preds: list[list[int]] = [[] for _ in ins]
+    back = []  # (branch, target) with target <= branch
+    for i, (_, predicated, op) in enumerate(ins):
+        m = re.match(r"BRA(?:\.\S+)? (?:\S+ )?(0x[0-9a-f]+)", op)
+        j = at.get(int(m.group(1), 16)) if m else None
+        if j is not None:
+            preds[j].append(i)
+            if j <= i:
+                back.append((i, j))
+        ends = m is not None or op.startswith(("EXIT", "RET", "BRX", "JMX"))
+        if (predicated or not ends) and i + 1 < len(ins):
+            preds[i + 1].append(i)
     loops = []
-    for addr, op in ins:
-        m = re.match(r"BRA (?:\S+ )?(0x[0-9a-f]+)", op)
-        if m and int(m.group(1), 16) < addr:
-            loops.append((int(m.group(1), 16), addr))
-    spans = set()
-    for a, o in ins:
-        if o.startswith(marks):
-            around = [lp for lp in loops if lp[0] <= a <= lp[1]]
+    for i, j in back:
+        body, todo = {j}, [i]
+        while todo:
+            x = todo.pop()
+            if x not in body:
+                body.add(x)
+                todo.extend(preds[x])
+        loops.append(frozenset(body))
+    inner = set()
+    for i, (_, _, op) in enumerate(ins):
+        if op.startswith(marks):
+            around = [lp for lp in loops if i in lp]
             if around:
-                spans.add(min(around, key=lambda lp: lp[1] - lp[0]))
-    return sum(any(lo <= a <= hi for lo, hi in spans) and o.startswith(("LDL", "STL")) for a, o in ins)
+                inner.add(min(around, key=len))
+    held = frozenset().union(*inner)
+    return sum(ins[i][2].startswith(("LDL", "STL")) for i in held)
 
 
 def compile_gfx(arch: str, work: Path) -> dict:
