@@ -80,18 +80,26 @@ def _fp8_keys(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (k / scale[..., None]).to(torch.float8_e4m3fn), scale.float().contiguous()
 
 
-def _median_rel_diff(got: torch.Tensor, ours: torch.Tensor, ends: torch.Tensor) -> float:
-    """Median relative difference of the peer's logits `got` (scaled back) from ours, over cells
-    inside the rows' windows [0, ends) where ours is finite and not tiny."""
-    inside = torch.arange(ours.shape[1], device=ours.device)[None, :] < ends[:, None]
-    ref = ours[:got.shape[0]]
-    mask = inside & torch.isfinite(ref) & (ref.abs() > ref.abs()[inside].median() * 1e-3)
-    if not bool(mask.any()):
-        return float("nan")
-    return float(((got - ref).abs() / ref.abs())[mask].median())
+class _PeerCall:
+    """What both adapters share: `check` against our logits. A subclass sets `q_factor` (the
+    query's E4M3 factor) and `ends` (each live row's window end) and is called to run the peer."""
+
+    q_factor: float
+    ends: torch.Tensor
+
+    def check(self, ours: torch.Tensor) -> float:
+        """Median relative difference of the peer's logits (scaled back) from ours, over cells
+        inside the rows' windows [0, ends) where ours is finite and not tiny."""
+        got = self()[:, :ours.shape[1]].float() / self.q_factor
+        inside = torch.arange(ours.shape[1], device=ours.device)[None, :] < self.ends[:, None]
+        ref = ours[:got.shape[0]]
+        mask = inside & torch.isfinite(ref) & (ref.abs() > ref.abs()[inside].median() * 1e-3)
+        if not bool(mask.any()):
+            return float("nan")
+        return float(((got - ref).abs() / ref.abs())[mask].median())
 
 
-class DeepGemmCall:
+class DeepGemmCall(_PeerCall):
     """One problem converted for the peer's paged kernel; calling it runs the peer once (its
     metadata, built once a step, is `metadata` and timed apart)."""
 
@@ -116,6 +124,7 @@ class DeepGemmCall:
         self.kv = fused.view(pages, PAGE, 1, prob.head_dim + 4)
         self.weights = prob.weights[:prob.live_rows].float().contiguous()
         self.lens = prob.row_ends[:prob.live_rows].view(b, next_n).contiguous()
+        self.ends = self.lens.view(-1)
         self.table = prob.block_tables[:b].contiguous()
         self.num_sms = deep_gemm.get_num_sms()
         self.meta = self.metadata()
@@ -127,11 +136,8 @@ class DeepGemmCall:
         return self.dg.fp8_fp4_paged_mqa_logits((self.q, None), self.kv, self.weights, self.lens, self.table,
                                                 self.meta, self.max_seq_len)
 
-    def check(self, ours: torch.Tensor) -> float:
-        return _median_rel_diff(self()[:, :ours.shape[1]].float() / self.q_factor, ours, self.lens.view(-1))
 
-
-class DeepGemmPrefillCall:
+class DeepGemmPrefillCall(_PeerCall):
     """One prefill (a single sequence) converted for the peer's contiguous kernel: the sequence's
     keys gathered in order into one E4M3 array and its scales, row r's window [0, row_ends[r]).
     The sm_90 kernel takes no schedule, so `metadata` is None."""
@@ -154,10 +160,8 @@ class DeepGemmPrefillCall:
         self.weights = prob.weights[:prob.live_rows].float().contiguous()
         self.ks = torch.zeros(prob.live_rows, dtype=torch.int32, device=dev)
         self.ke = prob.row_ends[:prob.live_rows].to(torch.int32).contiguous()
+        self.ends = self.ke
 
     def __call__(self) -> torch.Tensor:
         return self.dg.fp8_fp4_mqa_logits((self.q, None), self.kv, self.weights, self.ks, self.ke,
                                           self.max_seq_len)
-
-    def check(self, ours: torch.Tensor) -> float:
-        return _median_rel_diff(self()[:, :ours.shape[1]].float() / self.q_factor, ours, self.ke)
