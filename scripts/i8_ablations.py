@@ -1721,6 +1721,33 @@ EDITS["carve100"] = [("kernels.cu",
     "    if ((last_error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) != opus_success)\n      return false;\n"
     "    if ((last_error = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100)) != opus_success)\n      return false;\n")]
 
+# One consumer warpgroup a CTA, two CTAs an SM (ids 50 r4w8 and 51 r8w8, registry's ctas 2): each
+# CTA sets its group up and fills its pipeline while the SM's other CTA streams its stages, where
+# r4w12's two consumers build one operand together and the tensor core idles through every set-up
+# and every CTA's start (Prefill runs one piece a CTA). A CTA's half of the register file:
+# 24 + 232 a thread; a ring of W8_KEYS keys, so that two CTAs' shared memory fit the SM's 228 KB
+# (the largest carve-out asked for, as carve100 does).
+W8_KEYS = 768
+EDITS["w8"] = [
+    ("registry.h", "  X(19, sm90_i8_r8w12,     sm90,   i8,   8, 12, 64, 4, 1, 0x3)                 \\\n",
+     "  X(19, sm90_i8_r8w12,     sm90,   i8,   8, 12, 64, 4, 1, 0x3)                 \\\n"
+     "  X(50, sm90_i8_r4w8,      sm90,   i8,   4, 8, 64, 4, 2, 0x7)                  \\\n"
+     "  X(51, sm90_i8_r8w8,      sm90,   i8,   8, 8, 64, 4, 2, 0x3)                  \\\n"),
+    ("kernels.cu", 'static_assert(WARPS % 4 == 0 && CTAS == 1, "i8: whole warpgroups, one CTA an SM");',
+     'static_assert(WARPS % 4 == 0 && CTAS == (WARPS == 8 ? 2 : 1), "i8: whole warpgroups; two CTAs an SM at one consumer");'),
+    ("  static constexpr int STAGES = SPLIT ? 2 : (CONS == 3 ? 768 : 1024) / KEYS;\n",
+     f"  static constexpr int CTAS = CONS == 1 ? 2 : 1;\n"
+     f"  static constexpr int STAGES = SPLIT ? 2 : (CONS == 1 ? {W8_KEYS} : CONS == 3 ? 768 : 1024) / KEYS;\n"),
+    ("  static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8;\n",
+     "  static constexpr int LAUNCH_REGS = (65536 / (THREADS * CTAS)) / 8 * 8;\n"),
+    ("  static constexpr int PRODUCER_REGS = SPLIT || CONS == 3 ? 24 : 56;\n",
+     "  static constexpr int PRODUCER_REGS = SPLIT || CONS != 2 ? 24 : 56;\n"),
+    ("  static constexpr int CONSUMER_REGS = SPLIT ? 152 : CONS == 1 ? 240 : CONS == 2 ? 224 : 160;\n",
+     "  static constexpr int CONSUMER_REGS = SPLIT ? 152 : CONS == 1 ? 232 : CONS == 2 ? 224 : 160;\n"),
+    ("__launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1)",
+     "__launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, I8Shape<R, H, CONS, SPLIT>::CTAS)"),
+] + EDITS["carve100"]
+
 # pairstore (every lane of a quad stores one sum) landed in the kernel in the twenty-eighth session
 # for two rows a chunk (I8Consumer::RS2); its pairing of one-row units at 64 heads was refuted
 # (docs/perf-notes.md, twenty-fifth session).
