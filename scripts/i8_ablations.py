@@ -1725,8 +1725,9 @@ EDITS["carve100"] = [("kernels.cu",
 # CTA sets its group up and fills its pipeline while the SM's other CTA streams its stages, where
 # r4w12's two consumers build one operand together and the tensor core idles through every set-up
 # and every CTA's start (Prefill runs one piece a CTA). A CTA's half of the register file:
-# 24 + 232 a thread; a ring of W8_KEYS keys, so that two CTAs' shared memory fit the SM's 228 KB
-# (the largest carve-out asked for, as carve100 does).
+# 24 + 232 a thread; a ring of W8_KEYS keys, so that two CTAs' shared memory fit the SM's 228 KB.
+# The carve-out is the driver's (it sizes shared memory for the kernel's occupancy, as for the
+# four-CTA f16 bodies); w8carve asks for the largest one, as carve100 does.
 W8_KEYS = 768
 EDITS["w8"] = [
     ("registry.h", "  X(19, sm90_i8_r8w12,     sm90,   i8,   8, 12, 64, 4, 1, 0x3)                 \\\n",
@@ -1746,7 +1747,7 @@ EDITS["w8"] = [
      "  static constexpr int CONSUMER_REGS = SPLIT ? 152 : CONS == 1 ? 232 : CONS == 2 ? 224 : 160;\n"),
     ("__launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1)",
      "__launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, I8Shape<R, H, CONS, SPLIT>::CTAS)"),
-] + EDITS["carve100"]
+]
 
 # pairstore (every lane of a quad stores one sum) landed in the kernel in the twenty-eighth session
 # for two rows a chunk (I8Consumer::RS2); its pairing of one-row units at 64 heads was refuted
@@ -1785,7 +1786,8 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           "skeleton": _SKELETON,
           "before": ["span4", "relusat"],
           "simple": ["relusat", "nospread"],
-          "splitr2signed": ["splitr2", "signedss"]}
+          "splitr2signed": ["splitr2", "signedss"],
+          "w8carve": ["w8", "carve100"], "w8span4": ["w8", "span4"], "w8rev": ["w8", "prefillrev"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
           17: ["2 64 32768", "2 16 32768"], 33: ["2 64 32768", "2 16 32768"],
