@@ -1732,8 +1732,8 @@ W8_KEYS = 768
 EDITS["w8"] = [
     ("registry.h", "  X(19, sm90_i8_r8w12,     sm90,   i8,   8, 12, 64, 4, 1, 0x3)                 \\\n",
      "  X(19, sm90_i8_r8w12,     sm90,   i8,   8, 12, 64, 4, 1, 0x3)                 \\\n"
-     "  X(50, sm90_i8_r4w8,      sm90,   i8,   4, 8, 64, 4, 2, 0x7)                  \\\n"
-     "  X(51, sm90_i8_r8w8,      sm90,   i8,   8, 8, 64, 4, 2, 0x3)                  \\\n"),
+     "  X(50, sm90_i8_r4w8,      sm90,   i8,   4, 8, 64, 3, 2, 0x7)                  \\\n"
+     "  X(51, sm90_i8_r8w8,      sm90,   i8,   8, 8, 64, 3, 2, 0x3)                  \\\n"),
     ("kernels.cu", 'static_assert(WARPS % 4 == 0 && CTAS == 1, "i8: whole warpgroups, one CTA an SM");',
      'static_assert(WARPS % 4 == 0 && CTAS == (WARPS == 8 ? 2 : 1), "i8: whole warpgroups; two CTAs an SM at one consumer");'),
     ("  static constexpr int STAGES = SPLIT ? 2 : (CONS == 3 ? 768 : 1024) / KEYS;\n",
