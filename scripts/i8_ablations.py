@@ -1787,7 +1787,8 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           "before": ["span4", "relusat"],
           "simple": ["relusat", "nospread"],
           "splitr2signed": ["splitr2", "signedss"],
-          "w8carve": ["w8", "carve100"], "w8span4": ["w8", "span4"], "w8rev": ["w8", "prefillrev"]}
+          "w8carve": ["w8", "carve100"], "w8span4": ["w8", "span4"], "w8rev": ["w8", "prefillrev"],
+          "w8ends": ["w8", "ctaends"]}  # ctaends records 1024 CTAs: Prefill at most 4096 rows of r4
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
           17: ["2 64 32768", "2 16 32768"], 33: ["2 64 32768", "2 16 32768"],
