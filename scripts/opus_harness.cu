@@ -268,7 +268,8 @@ int main(int argc, char** argv) {
   c.gather = gather;
   c.max_qlen = M;
   c.max_seq_len = ctx;
-  c.grid_x = sms;
+  const int slots = sms * ctas_for_heads(inst->ctas_per_sm, H);  // Table / Free programs: a CTA slot each (backends/base.py grid_sizes)
+  c.grid_x = slots;
   if (is_union_family(*inst)) {  // the union body's scratch, as bindings.cpp sizes it
     const UnionGeometry ug = union_geometry(M, inst->rows, width, ctx, span, B, rows, kUnionMaxEntries);
     const int64_t n = std::max<int64_t>(union_scratch_ints(ug, rows), 1);
@@ -278,21 +279,21 @@ int main(int argc, char** argv) {
   }
   const bool prefill = std::getenv("PREFILL") != nullptr;
   if (prefill) {  // backends/base.py grid_sizes: a program a row group, parts to fill the CTA slots
-    const int groups = (rows + inst->rows - 1) / inst->rows, slots = sms * inst->ctas_per_sm;
+    const int groups = (rows + inst->rows - 1) / inst->rows;
     c.mode = kModePrefill;
     c.grid_x = groups;
     c.parts = std::max(1, std::min(width * span / kBlockN, (slots + groups - 1) / groups));
   }
   if (std::getenv("TABLE") != nullptr && !prefill) {
     SeqView sv{qsl.data(), ends.data(), B, rows};
-    std::vector<int32_t> rec(size_t(sms) * kRecordInts, 0);
+    std::vector<int32_t> rec(size_t(slots) * kRecordInts, 0);
     const int setup = i8_table_setup(inst->rows, inst->warps);
     const TableSplit split = setup ? TableSplit{OPUS_I8_STAGE_KEYS / inst->block_n, i8_consumers(inst->warps), setup}
                                    : TableSplit{};
-    for (int pid = 0; pid < sms; ++pid)  // the i8 bodies' split, as instances.py gives it to the records kernel
-      table_record(sv, inst->rows, pid, sms, &rec[size_t(pid) * kRecordInts], split);
+    for (int pid = 0; pid < slots; ++pid)  // the i8 bodies' split, as instances.py gives it to the records kernel
+      table_record(sv, inst->rows, pid, slots, &rec[size_t(pid) * kRecordInts], split);
     c.mode = kModeTable;
-    c.records = desc(to_device(rec), kI32, {sms, kRecordInts});
+    c.records = desc(to_device(rec), kI32, {slots, kRecordInts});
   }
   LaunchArgs args{};
   const std::string err = check_call(c, *inst, &args);
