@@ -27,8 +27,8 @@
 // records made here by worksplit.h's serial split (the split the Free scan and the op's record
 // builder make too), a program a CTA slot (the SMs x the kernel's CTAs an SM, as in Free mode).
 // HEADS=32 (or 16, 128) runs a tree built for those heads (scripts/i8_ablations.py --heads); 64
-// by default. PAGE=8 (16, 32, 128) and PPB=32 set the page
-// size and the pages a table entry names (64 and 1 by default; DeepSeek-V4.1's full layers are
+// by default. PAGE=8 (16, 32, 128) and PPB=32 set the page size and the pages a table entry
+// names (64 and 1 by default; DeepSeek-V4.1's full layers are
 // PAGE=8 PPB=32). GATHER=1 is gather mode, as DeepSeek-V4.1's candidate layers: each row its own
 // table, the entries its window reads a random subset of the first 1.25x as many blocks of its
 // sequence's pool (the rows of a sequence overlap as candidate lists do, and a prefill's early
