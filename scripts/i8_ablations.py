@@ -559,9 +559,6 @@ EDITS["spanmode"] = [
 # starts CTAs in index order, so a causal sequence's longest windows start first and the short
 # ones fill the end (the longest-first rule) instead of the longest CTAs running alone at the end
 EDITS["prefillrev"] = [("    w.pi.init(sv, rows, blockIdx.x);\n", "    w.pi.init(sv, rows, (int)gridDim.x - 1 - (int)blockIdx.x);\n")]
-# 512-key stages unrolled whole (stage512 and span4 together): one wgmma drain, one vote and one
-# stage end a 512 keys, where span4 has two drains and two ends and stage512 four drains
-EDITS["stage512span"] = EDITS["stage512"] + EDITS["span4"]
 # no weight-spread term in the fast rule (only the max relu needs it: with relusat, the simpler
 # tree; alone, wrong bits for groups spanning more than 104 binades, which the harness has none of)
 EDITS["nospread"] = [("    const bool fast = cols_fast && wexp_g - wlo_g <= kI8WeightSpread;  // uniform\n",
@@ -1725,10 +1722,9 @@ EDITS["carve100"] = [("kernels.cu",
 # CTA sets its group up and fills its pipeline while the SM's other CTA streams its stages, where
 # r4w12's two consumers build one operand together and the tensor core idles through every set-up
 # and every CTA's start (Prefill runs one piece a CTA). A CTA's half of the register file:
-# 24 + 232 a thread; a ring of W8_KEYS keys, so that two CTAs' shared memory fit the SM's 228 KB.
+# 24 + 232 a thread; a ring of 768 keys, so that two CTAs' shared memory fit the SM's 228 KB.
 # The carve-out is the driver's (it sizes shared memory for the kernel's occupancy, as for the
 # four-CTA f16 bodies); w8carve asks for the largest one, as carve100 does.
-W8_KEYS = 768
 EDITS["w8"] = [
     ("registry.h", "  X(19, sm90_i8_r8w12,     sm90,   i8,   8, 12, 64, 4, 1, 0x3)                 \\\n",
      "  X(19, sm90_i8_r8w12,     sm90,   i8,   8, 12, 64, 4, 1, 0x3)                 \\\n"
@@ -1737,8 +1733,8 @@ EDITS["w8"] = [
     ("kernels.cu", 'static_assert(WARPS % 4 == 0 && CTAS == 1, "i8: whole warpgroups, one CTA an SM");',
      'static_assert(WARPS % 4 == 0 && CTAS == (WARPS == 8 ? 2 : 1), "i8: whole warpgroups; two CTAs an SM at one consumer");'),
     ("  static constexpr int STAGES = SPLIT ? 2 : (CONS == 3 ? 768 : 1024) / KEYS;\n",
-     f"  static constexpr int CTAS = CONS == 1 ? 2 : 1;\n"
-     f"  static constexpr int STAGES = SPLIT ? 2 : (CONS == 1 ? {W8_KEYS} : CONS == 3 ? 768 : 1024) / KEYS;\n"),
+     "  static constexpr int CTAS = CONS == 1 ? 2 : 1;\n"
+     "  static constexpr int STAGES = SPLIT ? 2 : (CONS == 1 || CONS == 3 ? 768 : 1024) / KEYS;\n"),
     ("  static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8;\n",
      "  static constexpr int LAUNCH_REGS = (65536 / (THREADS * CTAS)) / 8 * 8;\n"),
     ("  static constexpr int PRODUCER_REGS = SPLIT || CONS == 3 ? 24 : 56;\n",
@@ -1787,6 +1783,9 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           "before": ["span4", "relusat"],
           "simple": ["relusat", "nospread"],
           "splitr2signed": ["splitr2", "signedss"],
+          # 512-key stages unrolled whole: one wgmma drain, one vote and one stage end a 512 keys,
+          # where span4 has two drains and two ends and stage512 four drains
+          "stage512span": ["stage512", "span4"],
           "w8carve": ["w8", "carve100"], "w8span4": ["w8", "span4"], "w8rev": ["w8", "prefillrev"],
           "w8ends": ["w8", "ctaends"]}  # ctaends records 1024 CTAs: Prefill at most 4096 rows of r4
 VARIANTS = ["base", *EDITS, *COMBOS]

@@ -269,7 +269,8 @@ int main(int argc, char** argv) {
   c.gather = gather;
   c.max_qlen = M;
   c.max_seq_len = ctx;
-  const int slots = sms * ctas_for_heads(inst->ctas_per_sm, H);  // Table / Free programs: a CTA slot each (backends/base.py grid_sizes)
+  // Table / Free programs: one a CTA slot (backends/base.py grid_sizes)
+  const int slots = sms * ctas_for_heads(inst->ctas_per_sm, H);
   c.grid_x = slots;
   if (is_union_family(*inst)) {  // the union body's scratch, as bindings.cpp sizes it
     const UnionGeometry ug = union_geometry(M, inst->rows, width, ctx, span, B, rows, kUnionMaxEntries);
