@@ -1786,6 +1786,8 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           # 512-key stages unrolled whole: one wgmma drain, one vote and one stage end a 512 keys,
           # where span4 has two drains and two ends and stage512 four drains
           "stage512span": ["stage512", "span4"],
+          # the unrolled stage on the longest-first Prefill order: whether the two gains add
+          "revspan4": ["prefillrev", "span4"],
           "w8carve": ["w8", "carve100"], "w8span4": ["w8", "span4"], "w8rev": ["w8", "prefillrev"],
           "w8ends": ["w8", "ctaends"]}  # ctaends records 1024 CTAs: Prefill at most 4096 rows of r4
 VARIANTS = ["base", *EDITS, *COMBOS]
