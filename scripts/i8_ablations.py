@@ -533,32 +533,22 @@ struct WgmmaI8<128, KEY_U8> {
 #undef OPUS_IGMMA0_BOTH
 """
 # the fast stage's form against the per-kernel choice (I8Shape::FAST_SPAN, RELU_ALU): every
-# kernel's stage unrolled whole / as two rolled spans of two M blocks; the relu as the
-# saturating multiply / as the max on the accumulator's bits everywhere (both exact)
+# kernel's stage unrolled whole / as two rolled spans of two M blocks (the Table and Free launches'
+# form: a Prefill launch at 64 heads already runs the whole stage, I8Shape::PREFILL_WHOLE); the
+# relu as the saturating multiply / as the max on the accumulator's bits everywhere (both exact)
 EDITS["span4"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = MB;\n")]
+# nowhole: a Prefill launch at 64 heads back on the decode kernel (rolled spans): the Prefill
+# form's A/B (I8Shape::PREFILL_WHOLE, fiftieth session)
+EDITS["nowhole"] = [("  static constexpr bool PREFILL_WHOLE = !SPLIT && FAST_SPAN < MB && H == 64;\n",
+                     "  static constexpr bool PREFILL_WHOLE = false;\n")]
 EDITS["span2"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = 2;\n")]
 EDITS["relusat"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = false;\n")]
 EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = true;\n")]
-# span4 in Prefill launches only (the launch's mode picks the stage's form at run time, both forms
-# built): the unrolled stage where pieces are long (Prefill r4w12 -5.6% at 16384 x 16384 on the
-# H100, forty-eighth session), the two-block spans where decode chose them (twelfth session)
-EDITS["spanmode"] = [
-    ("      fast_span(0, raw_base, raw, offsets, factor, n0, empty);\n    } else {\n#pragma unroll 1\n"
-     "      for (int sp = 0; sp < S::MB / SPAN; ++sp) fast_span(sp, raw_base, raw, offsets, factor, n0, empty);\n",
-     "      fast_span<SPAN>(0, raw_base, raw, offsets, factor, n0, empty);\n    } else {\n"
-     "      if (args.mode == kModePrefill) {  // uniform: the launch's\n"
-     "        fast_span<S::MB>(0, raw_base, raw, offsets, factor, n0, empty);\n        return;\n      }\n#pragma unroll 1\n"
-     "      for (int sp = 0; sp < S::MB / SPAN; ++sp) fast_span<SPAN>(sp, raw_base, raw, offsets, factor, n0, empty);\n"),
-    ("  OPUS_DEV void fast_span(int sp, const uint8_t* raw_base,",
-     "  template <int SPN>\n  OPUS_DEV void fast_span(int sp, const uint8_t* raw_base,"),
-    ("    constexpr int U = SPAN * S::CHUNKS;  // units of a span\n    const int mb0 = SPAN * sp; ",
-     "    constexpr int U = SPN * S::CHUNKS;  // units of a span\n    const int mb0 = SPN * sp; "),
-    ("store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);", "store_unit(U - 1, rs, n0, scale[(SPN - 1) & 1], mb0);"),
-]
-# Prefill's groups taken last row first (program g runs in CTA gridDim.x - 1 - g): the hardware
-# starts CTAs in index order, so a causal sequence's longest windows start first and the short
-# ones fill the end (the longest-first rule) instead of the longest CTAs running alone at the end
-EDITS["prefillrev"] = [("    w.pi.init(sv, rows, blockIdx.x);\n", "    w.pi.init(sv, rows, (int)gridDim.x - 1 - (int)blockIdx.x);\n")]
+# spanmode (span4 in Prefill launches only, both forms in one kernel picked at run time) was
+# refuted in the fiftieth session (-3.6% at 16384 x 16384 where span4 is -5.5%, +2.0% at 4096 x
+# 4096): a Prefill launch now runs its own kernel where the shape has one (I8Shape::PREFILL_WHOLE).
+# prefillrev (Prefill's row groups last first) landed then (make_walk; -1.4..-4% on the H100).
+
 # no weight-spread term in the fast rule (only the max relu needs it: with relusat, the simpler
 # tree; alone, wrong bits for groups spanning more than 104 binades, which the harness has none of)
 EDITS["nospread"] = [("    const bool fast = cols_fast && wexp_g - wlo_g <= kI8WeightSpread;  // uniform\n",
@@ -1718,32 +1708,9 @@ EDITS["carve100"] = [("kernels.cu",
     "    if ((last_error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) != opus_success)\n      return false;\n"
     "    if ((last_error = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100)) != opus_success)\n      return false;\n")]
 
-# One consumer warpgroup a CTA, two CTAs an SM (ids 50 r4w8 and 51 r8w8, registry's ctas 2): each
-# CTA sets its group up and fills its pipeline while the SM's other CTA streams its stages, where
-# r4w12's two consumers build one operand together and the tensor core idles through every set-up
-# and every CTA's start (Prefill runs one piece a CTA). A CTA's half of the register file:
-# 24 + 232 a thread; a ring of 768 keys, so that two CTAs' shared memory fit the SM's 228 KB.
-# The carve-out is the driver's (it sizes shared memory for the kernel's occupancy, as for the
-# four-CTA f16 bodies); w8carve asks for the largest one, as carve100 does.
-EDITS["w8"] = [
-    ("registry.h", "  X(19, sm90_i8_r8w12,     sm90,   i8,   8, 12, 64, 4, 1, 0x3)                 \\\n",
-     "  X(19, sm90_i8_r8w12,     sm90,   i8,   8, 12, 64, 4, 1, 0x3)                 \\\n"
-     "  X(50, sm90_i8_r4w8,      sm90,   i8,   4, 8, 64, 3, 2, 0x7)                  \\\n"
-     "  X(51, sm90_i8_r8w8,      sm90,   i8,   8, 8, 64, 3, 2, 0x3)                  \\\n"),
-    ("kernels.cu", 'static_assert(WARPS % 4 == 0 && CTAS == 1, "i8: whole warpgroups, one CTA an SM");',
-     'static_assert(WARPS % 4 == 0 && CTAS == (WARPS == 8 ? 2 : 1), "i8: whole warpgroups; two CTAs an SM at one consumer");'),
-    ("  static constexpr int STAGES = SPLIT ? 2 : (CONS == 3 ? 768 : 1024) / KEYS;\n",
-     "  static constexpr int CTAS = CONS == 1 ? 2 : 1;\n"
-     "  static constexpr int STAGES = SPLIT ? 2 : (CONS == 1 || CONS == 3 ? 768 : 1024) / KEYS;\n"),
-    ("  static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8;\n",
-     "  static constexpr int LAUNCH_REGS = (65536 / (THREADS * CTAS)) / 8 * 8;\n"),
-    ("  static constexpr int PRODUCER_REGS = SPLIT || CONS == 3 ? 24 : 56;\n",
-     "  static constexpr int PRODUCER_REGS = SPLIT || CONS != 2 ? 24 : 56;\n"),
-    ("  static constexpr int CONSUMER_REGS = SPLIT ? 152 : CONS == 1 ? 240 : CONS == 2 ? 224 : 160;\n",
-     "  static constexpr int CONSUMER_REGS = SPLIT ? 152 : CONS == 1 ? 232 : CONS == 2 ? 224 : 160;\n"),
-    ("__launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1)",
-     "__launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, I8Shape<R, H, CONS, SPLIT>::CTAS)"),
-]
+# w8 (one consumer warpgroup a CTA, two CTAs an SM: r4w8 / r8w8 beside r4w12 / r8w12) was refuted
+# in the fiftieth session: the two CTAs share an SM, each at half its rate, and r4w8 is 1.6-4.8%
+# slower than r4w12 in Prefill, 11-29% in MTP 4 decode (docs/perf-notes.md).
 
 # pairstore (every lane of a quad stores one sum) landed in the kernel in the twenty-eighth session
 # for two rows a chunk (I8Consumer::RS2); its pairing of one-row units at 64 heads was refuted
@@ -1785,11 +1752,7 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           "splitr2signed": ["splitr2", "signedss"],
           # 512-key stages unrolled whole: one wgmma drain, one vote and one stage end a 512 keys,
           # where span4 has two drains and two ends and stage512 four drains
-          "stage512span": ["stage512", "span4"],
-          # the unrolled stage on the longest-first Prefill order: whether the two gains add
-          "revspan4": ["prefillrev", "span4"],
-          "w8carve": ["w8", "carve100"], "w8span4": ["w8", "span4"], "w8rev": ["w8", "prefillrev"],
-          "w8ends": ["w8", "ctaends"]}  # ctaends records 1024 CTAs: Prefill at most 4096 rows of r4
+          "stage512span": ["stage512", "span4"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
           17: ["2 64 32768", "2 16 32768"], 33: ["2 64 32768", "2 16 32768"],

@@ -119,8 +119,9 @@ def rocm_tree(clang: str, where: Path) -> Path:
 
 _SM90_ARGS = re.compile(r"mqa_logits_sm90ILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
 # rows, heads, consumer warpgroups, split (the w20 body: a converter warpgroup beside each consumer),
-# union (the i8u body: the union of a sequence's row tables), canon (the i8c body: the canonical head sum)
-_SM90_I8_ARGS = re.compile(r"mqa_logits_sm90_i8ILi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELb([01])ELb([01])E")
+# union (the i8u body: the union of a sequence's row tables), canon (the i8c body: the canonical head sum),
+# whole (a Prefill launch's form of its shape: the fast stage one unrolled span)
+_SM90_I8_ARGS = re.compile(r"mqa_logits_sm90_i8ILi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELb([01])ELb([01])ELb([01])E")
 _GFX_ARGS = re.compile(r"mqa_logits_gfx9\d\dILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")  # family, rows, heads, waves, ctas
 GFX_FAMILY = {"gfx942": {0: "f16", 1: "fp8", 2: "fp8fold"}, "gfx950": {0: "mxf4", 1: "mxsc"}}  # the FAMILY template argument
 # The MFMA each gfx body is written for (tests/test_opus_build.py asserts its count).
@@ -199,12 +200,13 @@ def _sm90_ptxas(stderr: str, shard: int, kernels: dict, rec: dict, seen: dict) -
         seen.setdefault(m.group(1), []).append(shard)
         if a:
             fam, rows, heads, warps, ctas = (int(x) for x in a.groups())
-            family = FAMILY_CODE[fam]
+            family, whole = FAMILY_CODE[fam], 0
         else:  # the wgmma body: one producer warpgroup and CONS consumer warpgroups (+ CONS converters), one CTA an SM
-            rows, heads, cons, split, union, canon = (int(x) for x in i8.groups())
+            rows, heads, cons, split, union, canon, whole = (int(x) for x in i8.groups())
             family = ("i8uc" if canon else "i8u") if union else "i8c" if canon else "i8"
             warps, ctas = 4 * (1 + cons * (1 + split)), 1
         kernels[m.group(1)] = dict(family=family, rows=rows, heads=heads, warps=warps, ctas=ctas, shard=shard,
+                                   whole=bool(whole),
                                    registers=int(m.group(5)), stack=int(m.group(2)), spill_stores=int(m.group(3)),
                                    spill_loads=int(m.group(4)))
 
@@ -326,9 +328,10 @@ def table(sm90: dict, gfx: dict) -> str:
     lines = []
     if "kernels" in sm90:
         lines += ["| sm_90 kernel (family r H w ctas) | registers | spills / stack | MMA (static count) |", "|---|---|---|---|"]
-        for k in sorted(sm90["kernels"].values(), key=lambda k: (k["family"], k["rows"], k["warps"], k["heads"])):
+        for k in sorted(sm90["kernels"].values(), key=lambda k: (k["family"], k["rows"], k["warps"], k["heads"], k["whole"])):
             mma = ", ".join(k.get("mma", [])) + f" x{k.get('hmma', 0)}" + (f", F2FP x{k['f2fp']}" if k.get("f2fp") else "")
-            lines.append(f"| {k['family']} r{k['rows']} H{k['heads']} w{k['warps']} c{k['ctas']} | {k['registers']} | "
+            form = " (Prefill form)" if k["whole"] else ""
+            lines.append(f"| {k['family']} r{k['rows']} H{k['heads']} w{k['warps']} c{k['ctas']}{form} | {k['registers']} | "
                          f"{k['spill_stores']} B / {k['stack']} B | {mma} |")
     for arch, rec in gfx.items():
         if "kernels" not in rec:

@@ -661,6 +661,10 @@ def test_sm90_kernels_compile_without_spills_on_their_mma():
     assert rec["returncode"] == 0 and "error" not in rec["stderr"].lower(), rec["stderr"]
     kernels = rec["kernels"].values()
     assert {(k["family"], k["rows"], k["heads"], k["warps"], k["ctas"]) for k in kernels} == expected_kernels("sm_90")
+    # a Prefill launch's own form (I8Shape::PREFILL_WHOLE): the fused i8 and i8c bodies whose
+    # stage runs as rolled spans in decode (four chunks of whole rows) at 64 heads, and only those
+    assert sorted((k["family"], k["rows"], k["heads"], k["warps"]) for k in kernels if k["whole"]) == [
+        ("i8", 4, 64, 12), ("i8c", 4, 64, 12)]
     # the op's build: each kernel in one shard of kernels.cu, every shard with some (kernels.cu's in_this_shard)
     assert rec["in_several_shards"] == [] and {k["shard"] for k in kernels} == set(range(rec["shards"]))
     for k in kernels:
@@ -731,10 +735,11 @@ def check_i8_kernel(k: dict, what: str) -> None:
     assert k["gmma"] == gmma, (what, k["gmma"])
     # the fast path unrolled over a span of M blocks x chunks, 5 wgmma each (4 with signed
     # keys) -- two M blocks (a rolled loop of spans) where a stage has four or more chunks of
-    # whole rows, else a stage's M blocks (OPUS_I8_STAGE_KEYS / 64; I8Shape::FAST_SPAN); the
-    # canonical path one rolled M block: chunks x 4 scale blocks x 4 k-slices (w20, the split
-    # body: one k-slice a scale block); twice: one consumer for a float32 out, one for a narrow out
-    span = 2 if chunks >= 4 and k["heads"] <= nc else opus_instances.I8_STAGE_KEYS // 64
+    # whole rows, else (and in a Prefill form) a stage's M blocks (OPUS_I8_STAGE_KEYS / 64;
+    # I8Shape::FAST_SPAN, PREFILL_WHOLE); the canonical path one rolled M block: chunks x 4 scale
+    # blocks x 4 k-slices (w20, the split body: one k-slice a scale block); twice: one consumer
+    # for a float32 out, one for a narrow out
+    span = 2 if chunks >= 4 and k["heads"] <= nc and not k["whole"] else opus_instances.I8_STAGE_KEYS // 64
     slices = 1 if k["warps"] == 20 else 4
     assert k["igmma"] == 2 * (span * chunks * (4 if key_signed else 5) + chunks * 4 * slices), (what, k["igmma"])
     # the set-up's column sums (dp4a) feed only the bias slice: none where the keys are signed,

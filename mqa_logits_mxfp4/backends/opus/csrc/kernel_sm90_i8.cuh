@@ -133,6 +133,13 @@ struct I8Shape {
   // the same time as the multiply in this tree); with several the FMUL.SAT form (the max
   // measured 1-4% slower there).
   static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;
+  // PREFILL_WHOLE: a Prefill launch runs a second kernel of this shape whose fast stage is one
+  // unrolled span (mqa_logits_sm90_i8's WHOLE; the launcher picks it by the launch's mode). Where
+  // the rolled spans serve decode, at 64 heads (r4w12: -5.5% in Prefill at 16384 x 16384 and at
+  // 4096 rows of 16384 keys on the H100, and +6% in MTP 4 decode) but not at 32 (r8w12: +6% at
+  // 4096 x 4096). One kernel with both forms, chosen at run time, measured slower in Prefill
+  // (-3.6% where this is -5.5%: docs/perf-notes.md, fiftieth session).
+  static constexpr bool PREFILL_WHOLE = !SPLIT && FAST_SPAN < MB && H == 64;
   // QSTAGE: the set-up's query inputs staged a piece ahead by warp 3 of the producer warpgroup
   // (I8QStager), where the buffer (N * 72 bytes) leaves the kernel in its shared-memory carve-out
   // step (i8_smem_bytes checks it): one row of up to 64 heads, 1-4% faster on the H200; at two
@@ -517,7 +524,8 @@ struct I8QStager {
 // wait there before the setup overwrites it), and all meet at kBarGroupReady once it is set up.
 constexpr int kBarGroupDone = 6, kBarGroupReady = 7;
 
-template <int R, int H, int CONS, bool NARROW, bool SPLIT = false, bool UNION = false, bool CANON = false>
+template <int R, int H, int CONS, bool NARROW, bool SPLIT = false, bool UNION = false, bool CANON = false,
+          bool WHOLE = false>
 struct I8Consumer {
   static_assert(!(UNION && SPLIT), "the union body is the fused body's");
   static_assert(!CANON || (H <= I8Shape<R, H, CONS, SPLIT>::NC && !SPLIT),
@@ -1259,10 +1267,11 @@ struct I8Consumer {
   // factor[v]: the block offsets from the smallest scale byte (one byte each) and 2^(kmin - 129)
   // of this lane's v-th judged key, handed to the quad lanes that convert and store it. Each later
   // M block's bytes are read just before its conversion, and the stage is released after the
-  // last one's read. The stage runs as spans of SPAN M blocks (FAST_SPAN): a span's units are
+  // last one's read. The stage runs as spans of SPAN M blocks (FAST_SPAN; WHOLE: one span of them
+  // all, I8Shape::PREFILL_WHOLE): a span's units are
   // unrolled, the spans a rolled loop, and each span drains its wgmma before the next (a wgmma in
   // flight across a loop's edge makes ptxas serialize every wgmma of the kernel: C7514/C7518).
-  static constexpr int SPAN = S::FAST_SPAN;
+  static constexpr int SPAN = WHOLE ? S::MB : S::FAST_SPAN;
   static_assert(SPAN % 2 == 0 && S::MB % SPAN == 0, "spans of whole pairs of M blocks");
   OPUS_DEV void fast_stage(const uint8_t* raw_base, uint4 (&raw)[2], const uint32_t (&offsets)[S::VK],
                            const float (&factor)[S::VK], int n0, uint64_t* empty) {
@@ -1725,9 +1734,9 @@ struct I8Converter {
 };
 
 // A consumer thread's pieces (ct: its index among the consumer threads).
-template <int R, int H, int CONS, bool NARROW, bool SPLIT, bool UNION = false, bool CANON = false>
+template <int R, int H, int CONS, bool NARROW, bool SPLIT, bool UNION = false, bool CANON = false, bool WHOLE = false>
 OPUS_DEV void i8_consume(const LaunchArgs& args, I8Smem<R, H, CONS, SPLIT, UNION>& sm, PieceWalk walk, int ct, int lane) {
-  I8Consumer<R, H, CONS, NARROW, SPLIT, UNION, CANON> cons{args, sm};
+  I8Consumer<R, H, CONS, NARROW, SPLIT, UNION, CANON, WHOLE> cons{args, sm};
   cons.c = ct / 128;
   cons.ct = ct;
   cons.warp = (ct % 128) / 32;
@@ -1741,8 +1750,10 @@ OPUS_DEV void i8_consume(const LaunchArgs& args, I8Smem<R, H, CONS, SPLIT, UNION
     if (p.r1 > p.r0 && p.t1 > p.t0) cons.piece(p);
 }
 
-template <int R, int H, int CONS, bool SPLIT = false, bool UNION = false, bool CANON = false>
+// WHOLE: the Prefill form of a shape with I8Shape::PREFILL_WHOLE (the launcher's pick in Prefill).
+template <int R, int H, int CONS, bool SPLIT = false, bool UNION = false, bool CANON = false, bool WHOLE = false>
 __global__ void __launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1) mqa_logits_sm90_i8(const LaunchArgs args) {
+  static_assert(!WHOLE || (I8Shape<R, H, CONS, SPLIT>::PREFILL_WHOLE && !UNION), "a Prefill form where the shape has one");
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = I8Shape<R, H, CONS, SPLIT>;
   auto& sm = *reinterpret_cast<I8Smem<R, H, CONS, SPLIT, UNION>*>(i8_smem);
@@ -1816,9 +1827,9 @@ __global__ void __launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1) mqa_lo
     regs_grow<S::CONSUMER_REGS>();
     const int ct = tid - 128 - (SPLIT ? 128 * CONS : 0);
     if (args.out_kind == kOutF32)
-      i8_consume<R, H, CONS, false, SPLIT, UNION, CANON>(args, sm, walk, ct, lane);
+      i8_consume<R, H, CONS, false, SPLIT, UNION, CANON, WHOLE>(args, sm, walk, ct, lane);
     else
-      i8_consume<R, H, CONS, true, SPLIT, UNION, CANON>(args, sm, walk, ct, lane);
+      i8_consume<R, H, CONS, true, SPLIT, UNION, CANON, WHOLE>(args, sm, walk, ct, lane);
   }
 #else
   __trap();  // built for another arch: the launcher never routes here

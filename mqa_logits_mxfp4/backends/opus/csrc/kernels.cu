@@ -117,7 +117,7 @@ template <int FAMILY, int R, int H, int WARPS, int CTAS,
 struct SmBody {
   static constexpr bool uni = false;
   static constexpr int smem = sm90::smem_bytes<FAMILY, R, H, WARPS>();
-  static auto kernel() { return sm90::mqa_logits_sm90<FAMILY, R, H, WARPS, CTAS>; }
+  static auto kernel(bool /*prefill*/) { return sm90::mqa_logits_sm90<FAMILY, R, H, WARPS, CTAS>; }
 };
 // i8 with 20 warps: the split body; its consumers as registry.h's i8_consumers counts them.
 template <int FAMILY, int R, int H, int WARPS, int CTAS>
@@ -129,7 +129,13 @@ struct SmBody<FAMILY, R, H, WARPS, CTAS, true> {
   static_assert(!(split && uni), "the union body is the fused i8 body's");
   static constexpr int cons = i8_consumers(WARPS);
   static constexpr int smem = sm90::i8_smem_bytes<R, H, cons, split, uni>();
-  static auto kernel() { return sm90::mqa_logits_sm90_i8<R, H, cons, split, uni, canon>; }
+  // a Prefill launch's own kernel where the shape has one (I8Shape::PREFILL_WHOLE)
+  static constexpr bool prefill_form = !uni && sm90::I8Shape<R, H, cons, split>::PREFILL_WHOLE;
+  static auto kernel(bool prefill) {
+    if constexpr (prefill_form)
+      if (prefill) return sm90::mqa_logits_sm90_i8<R, H, cons, split, uni, canon, true>;
+    return sm90::mqa_logits_sm90_i8<R, H, cons, split, uni, canon>;
+  }
 };
 
 // Dynamic shared memory above 48 KB is opt-in, once per kernel and device: `opted_in` is that
@@ -189,9 +195,10 @@ int launch_one(const LaunchArgs& args, opus_stream_t stream) {
   using Body = SmBody<FAMILY, R, H, WARPS, CTAS>;
   constexpr int smem = Body::smem;
   static_assert(smem <= 227 * 1024, "shared memory of one CTA exceeds sm_90's 227 KB");
-  auto kernel = Body::kernel();
-  static std::atomic<unsigned long long> opted_in{0};  // this kernel's devices
-  if (!opt_in_smem(opted_in, reinterpret_cast<const void*>(kernel), smem)) return kLaunchFailed;
+  const bool prefill = args.mode == kModePrefill;
+  auto kernel = Body::kernel(prefill);
+  static std::atomic<unsigned long long> opted_in[2];  // each form's devices (zero: static storage)
+  if (!opt_in_smem(opted_in[prefill], reinterpret_cast<const void*>(kernel), smem)) return kLaunchFailed;
   if constexpr (Body::uni) {  // the pre-pass once the body can launch: nothing runs alone
     if (union_prepass(args, stream) != kLaunched) return kLaunchFailed;
     kernel<<<grid, block, smem, stream>>>(union_view(args));
