@@ -1709,8 +1709,8 @@ EDITS["carve100"] = [("kernels.cu",
     "    if ((last_error = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100)) != opus_success)\n      return false;\n")]
 
 # w8 (one consumer warpgroup a CTA, two CTAs an SM: r4w8 / r8w8 beside r4w12 / r8w12) was refuted
-# in the fiftieth session: the two CTAs share an SM, each at half its rate, and r4w8 is 1.6-4.8%
-# slower than r4w12 in Prefill, 11-29% in MTP 4 decode (docs/perf-notes.md).
+# in the fiftieth session: the two CTAs share an SM, each at about half the rate; r4w8 is behind
+# r4w12's unrolled Prefill stage on every shape, and 11-29% slower in MTP 4 decode (docs/perf-notes.md).
 
 # pairstore (every lane of a quad stores one sum) landed in the kernel in the twenty-eighth session
 # for two rows a chunk (I8Consumer::RS2); its pairing of one-row units at 64 heads was refuted
