@@ -1269,9 +1269,9 @@ struct I8Consumer {
   // of this lane's v-th judged key, handed to the quad lanes that convert and store it. Each later
   // M block's bytes are read just before its conversion, and the stage is released after the
   // last one's read. The stage runs as spans of SPAN M blocks (FAST_SPAN; WHOLE: one span of them
-  // all, I8Shape::PREFILL_WHOLE): a span's units are
-  // unrolled, the spans a rolled loop, and each span drains its wgmma before the next (a wgmma in
-  // flight across a loop's edge makes ptxas serialize every wgmma of the kernel: C7514/C7518).
+  // all, I8Shape::PREFILL_WHOLE): a span's units are unrolled, the spans a rolled loop, and each
+  // span drains its wgmma before the next (a wgmma in flight across a loop's edge makes ptxas
+  // serialize every wgmma of the kernel: C7514/C7518).
   static constexpr int SPAN = WHOLE ? S::MB : S::FAST_SPAN;
   static_assert(SPAN % 2 == 0 && S::MB % SPAN == 0, "spans of whole pairs of M blocks");
   OPUS_DEV void fast_stage(const uint8_t* raw_base, uint4 (&raw)[2], const uint32_t (&offsets)[S::VK],
