@@ -134,12 +134,9 @@ struct I8Shape {
   // measured 1-4% slower there).
   static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;
   // PREFILL_WHOLE: a Prefill launch runs a second kernel of this shape whose fast stage is one
-  // unrolled span (mqa_logits_sm90_i8's WHOLE; the launcher picks it by the launch's mode). Where
-  // the rolled spans serve decode, at 64 heads (r4w12 and the canonical r4w12: 5.1-5.4% faster in
-  // Prefill at 16384 x 16384 and at 4096 rows of 16384 keys on the H200; unrolled, r4w12 is 6%
-  // slower in MTP 4 decode on the H100) but not at 32 (r8w12: +6% at 4096 x 4096). One kernel
-  // with both forms, chosen at run time, measured slower in Prefill (-3.6% where the unrolled
-  // stage alone is -5.5%: docs/perf-notes.md, fiftieth session).
+  // unrolled span (mqa_logits_sm90_i8's WHOLE; the launcher picks it by the launch's mode): where
+  // the rolled spans serve decode, at 64 heads, not at 32 (measured per shape, and against one
+  // kernel holding both forms: docs/opus-backend.md, "The i8 body").
   static constexpr bool PREFILL_WHOLE = !SPLIT && FAST_SPAN < MB && H == 64;
   // QSTAGE: the set-up's query inputs staged a piece ahead by warp 3 of the producer warpgroup
   // (I8QStager), where the buffer (N * 72 bytes) leaves the kernel in its shared-memory carve-out
