@@ -548,6 +548,10 @@ EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  sta
 # refuted in the fiftieth session (-3.6% at 16384 x 16384 where span4 is -5.5%, +2.0% at 4096 x
 # 4096): a Prefill launch now runs its own kernel where the shape has one (I8Shape::PREFILL_WHOLE).
 # prefillrev (Prefill's row groups last first) landed then (make_walk; -1.4..-4% on the H100).
+# prefillfwd: the Prefill row groups back in index order (make_walk before prefillrev landed): its
+# A/B where it was not measured before landing (r8w12 at 32 heads, the H200)
+EDITS["prefillfwd"] = [("kernel_sm90_i8.cuh", "    w.pi.init(sv, rows, (int)gridDim.x - 1 - (int)blockIdx.x);\n",
+                        "    w.pi.init(sv, rows, (int)blockIdx.x);\n")]
 
 # no weight-spread term in the fast rule (only the max relu needs it: with relusat, the simpler
 # tree; alone, wrong bits for groups spanning more than 104 binades, which the harness has none of)
