@@ -553,6 +553,30 @@ EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  sta
 EDITS["prefillfwd"] = [("kernel_sm90_i8.cuh", "    w.pi.init(sv, rows, (int)gridDim.x - 1 - (int)blockIdx.x);\n",
                         "    w.pi.init(sv, rows, (int)blockIdx.x);\n")]
 
+# persist: Prefill on persistent CTAs (the harness's PERSIST=1 launches min(groups, CTA slots)):
+# each CTA walks row groups in rounds of the grid, the longest first and every other round
+# reversed (a snake, so a CTA's groups sum to about the same keys as any other's), its ring and
+# producer running on into the next group; exact (every group scored once). What it would save:
+# a CTA's launch, prologue and first copies a row group (fifty-first session)
+EDITS["persist"] = [
+    ("  PrefillIter pi{0, 1};\n  bool prefill = false;\n",
+     "  PrefillIter pi{0, 1};\n  bool prefill = false;\n  int j = 0, groups = 0;  // persist: this CTA's place in the walk, the row groups\n"),
+    ("    return prefill ? pi.next(sv, p) : fi.next(sv, rows, p, rec);\n",
+     "    if (!prefill) return fi.next(sv, rows, p, rec);\n"
+     "    while (!pi.next(sv, p)) {\n"
+     "      const int P = (int)gridDim.x, k = j / P + 1;\n"
+     "      j = k * P + ((k & 1) ? P - 1 - (int)blockIdx.x : (int)blockIdx.x);\n"
+     "      if (j >= groups) return false;\n"
+     "      pi.init(sv, rows, groups - 1 - j);\n"
+     "    }\n"
+     "    return true;\n"),
+    ("    w.pi.init(sv, rows, (int)gridDim.x - 1 - (int)blockIdx.x);\n",
+     "    w.groups = (sv.start(sv.num_seqs) + rows - 1) / rows;\n"
+     "    w.j = (int)blockIdx.x;\n"
+     "    if (w.j < w.groups) w.pi.init(sv, rows, w.groups - 1 - w.j);\n"),
+    ("checks.h", "         ((int64_t)c.grid_x * R >= rows ||\n", "         (true ||\n"),
+]
+
 # no weight-spread term in the fast rule (only the max relu needs it: with relusat, the simpler
 # tree; alone, wrong bits for groups spanning more than 104 binades, which the harness has none of)
 EDITS["nospread"] = [("    const bool fast = cols_fast && wexp_g - wlo_g <= kI8WeightSpread;  // uniform\n",
@@ -1880,6 +1904,7 @@ def run_script(variants: list[str], jobs: list[tuple[int, str]], rounds: int, he
                 env += "CTADUMP=1 " if "piecetimes" in parts else ""
                 env += "CTADUMP=raw " if "boundary" in parts else ""
                 env += "PREFILL=1 " if prefill else ""
+                env += "PERSIST=1 " if "persist" in parts else ""
                 env += f"HEADS={heads} " if heads != 64 else ""
                 lines.append(f'echo -n "{v}: "; {env}timeout 60 ./bin/{v} {i} {shape} 20')
     return lines

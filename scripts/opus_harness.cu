@@ -22,7 +22,8 @@
 // WARM=1 it also prints the mean time of launches back to back (no flush, L2 warm). With
 // CODEWARM=1 every timed launch follows the flush and one untimed launch on copies of the inputs:
 // the kernel's code is warm, its data cold. With PREFILL=1 the call is Prefill mode instead (row
-// groups x parts as the op's grid_sizes picks them); ROWS_PER_SEQ = KEYS and SEQS = 1 is a fresh
+// groups x parts as the op's grid_sizes picks them; PERSIST=1 launches one CTA a slot instead, for
+// a tree whose CTAs walk row groups: i8_ablations.py's persist); ROWS_PER_SEQ = KEYS and SEQS = 1 is a fresh
 // causal prefill (row r sees keys [0, r + 1)). With TABLE=1 it is Table mode: the schedule
 // records made here by worksplit.h's serial split (the split the Free scan and the op's record
 // builder make too), a program a CTA slot (the SMs x the kernel's CTAs an SM, as in Free mode).
@@ -285,6 +286,8 @@ int main(int argc, char** argv) {
     c.mode = kModePrefill;
     c.grid_x = groups;
     c.parts = std::max(1, std::min(width * span / kBlockN, (slots + groups - 1) / groups));
+    // PERSIST=1: one CTA a slot, each walking row groups (i8_ablations.py's persist variant)
+    if (std::getenv("PERSIST") != nullptr) c.grid_x = std::min(groups, slots);
   }
   if (std::getenv("TABLE") != nullptr && !prefill) {
     SeqView sv{qsl.data(), ends.data(), B, rows};
