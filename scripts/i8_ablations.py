@@ -577,6 +577,38 @@ EDITS["persist"] = [
     ("checks.h", "         ((int64_t)c.grid_x * R >= rows ||\n", "         (true ||\n"),
 ]
 
+# skipblocks: a fast stage's M blocks that start at or past the piece's key end (kend: no row of
+# the piece stores them) are not converted or multiplied; the stage is released at the skip. The
+# whole-stage form (one unrolled span) ends at the first such block, flushing its last unit as
+# the span's end does (not at one chunk: there ptxas serializes the wgmma on the branch, C7518);
+# the rolled form skips whole spans. Exact (the skipped keys are never
+# stored). What the causal edge's and a piece's last stage cost beyond their keys (fifty-first
+# session)
+EDITS["skipblocks"] = [
+    ("      for (int sp = 0; sp < S::MB / SPAN; ++sp) fast_span(sp, raw_base, raw, offsets, factor, n0, empty);\n",
+     "      for (int sp = 0; sp < S::MB / SPAN; ++sp) {\n"
+     "        if (sp > 0 && n0 + SPAN * sp * kBlockN >= kend) {  // skipblocks\n"
+     "          release(empty);\n"
+     "          break;\n"
+     "        }\n"
+     "        fast_span(sp, raw_base, raw, offsets, factor, n0, empty);\n"
+     "      }\n"),
+    ("      if (ch == 0) {\n        const uint32_t off = pick(offsets, mb >> 1);\n",
+     "      if constexpr (SPAN == S::MB && S::CHUNKS >= 2) {  // r1w12: ptxas serializes its wgmma on the branch\n"
+     "        if (ch == 0 && ml > 0 && n0 + mb * kBlockN >= kend) {  // skipblocks: the span ends at unit u - 1\n"
+     "          float wv_end[S::NT][2];\n"
+     "          unit_weights((u - 1) % S::CHUNKS, wv_end);\n"
+     "          retired<0>(acc[(u - 1) & 1]);\n"
+     "          if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n"
+     "          float rs_end[RPC][2];\n"
+     "          if (unit_rows(u - 1, wv_end, rs_end)) store_unit(u - 1, rs_end, n0, scale[(ml - 1) & 1], mb0);\n"
+     "          release(empty);\n"
+     "          return;\n"
+     "        }\n"
+     "      }\n"
+     "      if (ch == 0) {\n        const uint32_t off = pick(offsets, mb >> 1);\n"),
+]
+
 # no weight-spread term in the fast rule (only the max relu needs it: with relusat, the simpler
 # tree; alone, wrong bits for groups spanning more than 104 binades, which the harness has none of)
 EDITS["nospread"] = [("    const bool fast = cols_fast && wexp_g - wlo_g <= kI8WeightSpread;  // uniform\n",
