@@ -965,6 +965,11 @@ EDITS["onesetup"] = [
      + _SKIP
      + "    if (set_up && !SPLIT) {\n      setup_light(p, gbeg, gend, kbeg);\n    } else {\n"
      "      setup_group(p, gbeg, gend, kbeg);\n      set_up = true;\n    }\n")]
+# onesetupbar (on top of onesetup, timing only): the light set-up's first barrier across both
+# consumers, as setup_group's is -- onesetup less the consumers' drift past each other at a piece
+# boundary: with persist, what the drain costs apart from the set-up's own work
+EDITS["onesetupbar"] = [("    bar_sync(8 + c, 128);\n    if (wr < R) {\n",
+                         "    bar_sync(1, S::CT);  // onesetupbar: both consumers meet, as at setup_group\n    if (wr < R) {\n")]
 # The bias slice at one chunk by the column's 16 lanes (two bytes each), as at two chunks and up,
 # in place of lane 0's whole slice once an operand word: ~250 fewer instructions of the set-up's
 # straight code (seventeenth session: ncu puts the set-up's samples on instruction fetch).
@@ -1814,7 +1819,8 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           # where span4 has two drains and two ends and stage512 four drains
           "stage512span": ["stage512", "span4"],
           # persist with the later groups' set-up taken out (timing only): what the set-up costs a Prefill
-          "persistone": ["persist", "onesetup"]}
+          "persistone": ["persist", "onesetup"],
+          "persistonebar": ["persist", "onesetup", "onesetupbar"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
           17: ["2 64 32768", "2 16 32768"], 33: ["2 64 32768", "2 16 32768"],
