@@ -549,7 +549,8 @@ EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  sta
 # 4096): a Prefill launch now runs its own kernel where the shape has one (I8Shape::PREFILL_WHOLE).
 # prefillrev (Prefill's row groups last first) landed then (make_walk; -1.4..-4% on the H100).
 # prefillfwd: the Prefill row groups back in index order (make_walk before prefillrev landed): its
-# A/B where it was not measured before landing (r8w12 at 32 heads, the H200)
+# A/B where it was not measured before landing (r8w12 at 32 heads: the landed order 5.4% and
+# 9.5% faster at 16384 x 16384 and 4096 x 4096, H100, fifty-first session)
 EDITS["prefillfwd"] = [("kernel_sm90_i8.cuh", "    w.pi.init(sv, rows, (int)gridDim.x - 1 - (int)blockIdx.x);\n",
                         "    w.pi.init(sv, rows, (int)blockIdx.x);\n")]
 
@@ -557,7 +558,8 @@ EDITS["prefillfwd"] = [("kernel_sm90_i8.cuh", "    w.pi.init(sv, rows, (int)grid
 # each CTA walks row groups in rounds of the grid, the longest first and every other round
 # reversed (a snake, so a CTA's groups sum to about the same keys as any other's), its ring and
 # producer running on into the next group; exact (every group scored once). What it would save:
-# a CTA's launch, prologue and first copies a row group (fifty-first session)
+# a CTA's launch, prologue and first copies a row group. Refuted (fifty-first session, H100:
+# +0.3..+2.4% at four Prefill shapes); kept for persistone's bound of the set-up
 EDITS["persist"] = [
     ("  PrefillIter pi{0, 1};\n  bool prefill = false;\n",
      "  PrefillIter pi{0, 1};\n  bool prefill = false;\n  int j = 0, groups = 0;  // persist: this CTA's place in the walk, the row groups\n"),
@@ -581,9 +583,9 @@ EDITS["persist"] = [
 # the piece stores them) are not converted or multiplied; the stage is released at the skip. The
 # whole-stage form (one unrolled span) ends at the first such block, flushing its last unit as
 # the span's end does (not at one chunk: there ptxas serializes the wgmma on the branch, C7518);
-# the rolled form skips whole spans. Exact (the skipped keys are never
-# stored). What the causal edge's and a piece's last stage cost beyond their keys (fifty-first
-# session)
+# the rolled form skips whole spans. Exact (the skipped keys are never stored). What the causal
+# edge's and a piece's last stage cost beyond their keys. Refuted (fifty-first session, H100: -2.2%
+# at the V4 fresh prefill, +1.9% at a 16K chunk, +2.5..+10.3% in decode)
 EDITS["skipblocks"] = [
     ("      for (int sp = 0; sp < S::MB / SPAN; ++sp) fast_span(sp, raw_base, raw, offsets, factor, n0, empty);\n",
      "      for (int sp = 0; sp < S::MB / SPAN; ++sp) {\n"
@@ -965,10 +967,10 @@ EDITS["onesetup"] = [
      + _SKIP
      + "    if (set_up && !SPLIT) {\n      setup_light(p, gbeg, gend, kbeg);\n    } else {\n"
      "      setup_group(p, gbeg, gend, kbeg);\n      set_up = true;\n    }\n")]
-# onesetupbar (on top of onesetup, timing only): the light set-up's first barrier across both
+# onesetupbar (onesetup and this edit, timing only): the light set-up's first barrier across both
 # consumers, as setup_group's is -- onesetup less the consumers' drift past each other at a piece
 # boundary: with persist, what the drain costs apart from the set-up's own work
-EDITS["onesetupbar"] = [("    bar_sync(8 + c, 128);\n    if (wr < R) {\n",
+EDITS["onesetupbar"] = EDITS["onesetup"] + [("    bar_sync(8 + c, 128);\n    if (wr < R) {\n",
                          "    bar_sync(1, S::CT);  // onesetupbar: both consumers meet, as at setup_group\n    if (wr < R) {\n")]
 # The bias slice at one chunk by the column's 16 lanes (two bytes each), as at two chunks and up,
 # in place of lane 0's whole slice once an operand word: ~250 fewer instructions of the set-up's
@@ -1820,7 +1822,7 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           "stage512span": ["stage512", "span4"],
           # persist with the later groups' set-up taken out (timing only): what the set-up costs a Prefill
           "persistone": ["persist", "onesetup"],
-          "persistonebar": ["persist", "onesetup", "onesetupbar"]}
+          "persistonebar": ["persist", "onesetupbar"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
           17: ["2 64 32768", "2 16 32768"], 33: ["2 64 32768", "2 16 32768"],
