@@ -19,7 +19,8 @@
 #             H200: the shipped tables are that card's) any other card skips the step, rc 4
 #   ablations the run.sh of each folder in ABLATIONS (scripts/i8_ablations.py --out folders, carried;
 #             their binaries are built on the CPU machine), each log to $out/<folder>.log and its
-#             table printed (i8_ablations.py --summarize)
+#             table printed (i8_ablations.py --summarize); asked alone, it skips the install and
+#             the opus build (a minute of device time)
 # The install's and the builds' logs stay in /tmp unless they fail (the device tool returns at
 # most 8 files); the opus build's ptxas lines are in /tmp/opus_build.log.
 set -uo pipefail
@@ -48,14 +49,17 @@ peer_ready() {  # the background DeepGEMM build finished (its log returned if th
   fi
   return 0
 }
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip.log 2>&1 || { cat /tmp/pip.log; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 rc=0
-# the opus extension, built once before any worker needs it (its log has the ptxas lines)
-( time python3 -m mqa_logits_mxfp4 build --verbose ) >/tmp/opus_build.log 2>&1
-r=$?; echo "opus build: rc=$r ($(tail -4 /tmp/opus_build.log | tr '\n' ' '))"
-[[ $r == 0 ]] || cp /tmp/opus_build.log "$out/"
+# the package and the opus extension, built once before any worker needs them (the build's log has
+# the ptxas lines); the harness blocks alone need neither (their binaries come built)
+if [[ " ${steps[*]} " != " ablations " ]]; then
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip.log 2>&1 || { cat /tmp/pip.log; exit 1; }
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+  ( time python3 -m mqa_logits_mxfp4 build --verbose ) >/tmp/opus_build.log 2>&1
+  r=$?; echo "opus build: rc=$r ($(tail -4 /tmp/opus_build.log | tr '\n' ' '))"
+  [[ $r == 0 ]] || cp /tmp/opus_build.log "$out/"
+fi
 for what in "${steps[@]}"; do
   echo "== $what ($(date +%T))"
   case $what in
