@@ -1930,7 +1930,8 @@ def summarize(log: str) -> str:
 
 def run_script(variants: list[str], jobs: list[tuple[int, str]], rounds: int, heads: int = 64,
                prefill: bool = False, table: bool = False) -> list[str]:
-    """run.sh's lines: each job (a registry id and 'ROWS SEQS KEYS') timed under every variant back to
+    """run.sh's lines: each job (a registry id and 'ROWS SEQS KEYS', with 'rN' after them for the
+    harness's RATIO=N: keys compressed as the model suites do) timed under every variant back to
     back, the variants' order reversed every other round, so a variant and its base meet the same
     machine state (the order of the A/Bs in docs/perf-notes.md)."""
     lines = ["#!/usr/bin/env bash",
@@ -1939,7 +1940,9 @@ def run_script(variants: list[str], jobs: list[tuple[int, str]], rounds: int, he
     if table:
         lines.append("export TABLE=1")
     for r in range(rounds):
-        for i, shape in jobs:
+        for i, job in jobs:
+            ratio = re.fullmatch(r"(.*?)(?:\s+r(\d+))?", job.strip())
+            shape = ratio.group(1)
             for v in (variants if r % 2 == 0 else variants[::-1]):
                 parts = set(COMBOS.get(v, [v]))
                 env = "STAMPS=1 " if {"stamps", "warmstamps", "qpiecestamps", "ctaends", "piecetimes", "boundary"} & parts else ""
@@ -1947,6 +1950,7 @@ def run_script(variants: list[str], jobs: list[tuple[int, str]], rounds: int, he
                 env += "CTADUMP=raw " if "boundary" in parts else ""
                 env += "PREFILL=1 " if prefill else ""
                 env += "PERSIST=1 " if "persist" in parts else ""
+                env += f"RATIO={ratio.group(2)} " if ratio.group(2) else ""
                 env += f"HEADS={heads} " if heads != 64 else ""
                 lines.append(f'echo -n "{v}: "; {env}timeout 60 ./bin/{v} {i} {shape} 20')
     return lines
@@ -1964,7 +1968,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--prefill", action="store_true", help="time Prefill-mode calls (the harness's PREFILL=1); "
                     "give the shapes, e.g. --shapes '16384 1 16384'")
-    ap.add_argument("--shapes", default="", help="';'-separated 'ROWS SEQS KEYS' for every id instead of the defaults")
+    ap.add_argument("--shapes", default="", help="';'-separated 'ROWS SEQS KEYS' for every id instead of the defaults "
+                    "('ROWS SEQS KEYS rN': the harness's RATIO=N, e.g. '16384 1 4096 r4', DeepSeek-V4's fresh prefill)")
     ap.add_argument("--jobs", default="", help="';'-separated 'ID ROWS SEQS KEYS' (each id its own shapes) instead of "
                     "every --ids x --shapes pair")
     ap.add_argument("--table", action="store_true", help="time Table-mode calls (the harness's TABLE=1: the op's "

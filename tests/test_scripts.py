@@ -84,6 +84,9 @@ def test_ablation_run_script_interleaves_the_variants_a_job_at_a_time():
     env = {m.group(1): m.group(2) for m in runs}
     assert env["base"] == env["acc1"] == "HEADS=32 " and env["ctaends"] == "STAMPS=1 HEADS=32 "
     assert "export TABLE=1" not in ABL.run_script(["base"], [(16, "1 1 2624")], 1)
+    # a job's rN: the harness's RATIO=N, the shape without it
+    (line,) = [l for l in ABL.run_script(["persist"], [(18, "16384 1 4096 r4")], 1, prefill=True) if l.startswith("echo")]
+    assert line == 'echo -n "persist: "; PREFILL=1 PERSIST=1 RATIO=4 timeout 60 ./bin/persist 18 16384 1 4096 20'
 
 
 @needs_nvcc
