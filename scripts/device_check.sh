@@ -16,7 +16,8 @@
 #   tune      a model's table re-tuned on this card into $out/tune.csv (TUNE_ARGS; default the V4
 #             quick suite, 100 ms a candidate, the two fastest re-timed), merged into the shipped
 #             table on the CPU machine with `tune merge` (docs/tuning.md); with TUNE_CARD set (e.g.
-#             H200: the shipped tables are that card's) any other card skips the step, rc 4
+#             H200: the shipped tables are that card's) any other card skips the step, rc 4 (asked
+#             alone, before the install and the opus build)
 #   ablations the run.sh of each folder in ABLATIONS (scripts/i8_ablations.py --out folders, carried;
 #             their binaries are built on the CPU machine), each log to $out/<folder>.log and its
 #             table printed (i8_ablations.py --summarize); asked alone, it skips the install and
@@ -50,6 +51,10 @@ peer_ready() {  # the background DeepGEMM build finished (its log returned if th
   return 0
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+wrong_card() { [[ -n ${TUNE_CARD:-} && $card != *"$TUNE_CARD"* ]]; }
+# a tune on another card than TUNE_CARD asks stops before the install and the build
+if [[ " ${steps[*]} " == " tune " ]] && wrong_card; then echo "tune: $card is not a $TUNE_CARD: skipped"; exit 4; fi
 rc=0
 # the package and the opus extension, built once before any worker needs them (the build's log has
 # the ptxas lines); the harness blocks alone need neither (their binaries come built)
@@ -102,8 +107,7 @@ for what in "${steps[@]}"; do
       --csv "$out/bench.csv" --png "$out/bench.png" --log "${BENCH_LOG:-/tmp/bench-candidates.jsonl}" 2>&1 | tee "$out/bench.log"
     rc=$((rc | ${PIPESTATUS[0]})) ;;
   tune)
-    card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-    if [[ -n ${TUNE_CARD:-} && $card != *"$TUNE_CARD"* ]]; then
+    if wrong_card; then
       echo "tune: $card is not a $TUNE_CARD: skipped"; rc=$((rc | 4)); continue
     fi
     timeout "${TUNE_TIMEOUT:-420}" python3 -m mqa_logits_mxfp4 tune \

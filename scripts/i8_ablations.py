@@ -1941,8 +1941,7 @@ def run_script(variants: list[str], jobs: list[tuple[int, str]], rounds: int, he
         lines.append("export TABLE=1")
     for r in range(rounds):
         for i, job in jobs:
-            ratio = re.fullmatch(r"(.*?)(?:\s+r(\d+))?", job.strip())
-            shape = ratio.group(1)
+            shape, ratio = re.fullmatch(r"(.*?)(?:\s+r(\d+))?", job.strip()).groups()
             for v in (variants if r % 2 == 0 else variants[::-1]):
                 parts = set(COMBOS.get(v, [v]))
                 env = "STAMPS=1 " if {"stamps", "warmstamps", "qpiecestamps", "ctaends", "piecetimes", "boundary"} & parts else ""
@@ -1950,7 +1949,7 @@ def run_script(variants: list[str], jobs: list[tuple[int, str]], rounds: int, he
                 env += "CTADUMP=raw " if "boundary" in parts else ""
                 env += "PREFILL=1 " if prefill else ""
                 env += "PERSIST=1 " if "persist" in parts else ""
-                env += f"RATIO={ratio.group(2)} " if ratio.group(2) else ""
+                env += f"RATIO={ratio} " if ratio else ""
                 env += f"HEADS={heads} " if heads != 64 else ""
                 lines.append(f'echo -n "{v}: "; {env}timeout 60 ./bin/{v} {i} {shape} 20')
     return lines
