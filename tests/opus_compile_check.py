@@ -120,8 +120,9 @@ def rocm_tree(clang: str, where: Path) -> Path:
 _SM90_ARGS = re.compile(r"mqa_logits_sm90ILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
 # rows, heads, consumer warpgroups, split (the w20 body: a converter warpgroup beside each consumer),
 # union (the i8u body: the union of a sequence's row tables), canon (the i8c body: the canonical head sum),
-# whole (a Prefill launch's form of its shape: the fast stage one unrolled span)
-_SM90_I8_ARGS = re.compile(r"mqa_logits_sm90_i8ILi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELb([01])ELb([01])ELb([01])E")
+# whole (a Prefill launch's form of its shape: the fast stage one unrolled span), every mode (the
+# i8w body: that form under a name of its own, its kernel in every mode)
+_SM90_I8_ARGS = re.compile(r"mqa_logits_sm90_i8ILi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELb([01])ELb([01])ELb([01])ELb([01])E")
 _GFX_ARGS = re.compile(r"mqa_logits_gfx9\d\dILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")  # family, rows, heads, waves, ctas
 GFX_FAMILY = {"gfx942": {0: "f16", 1: "fp8", 2: "fp8fold"}, "gfx950": {0: "mxf4", 1: "mxsc"}}  # the FAMILY template argument
 # The MFMA each gfx body is written for (tests/test_opus_build.py asserts its count).
@@ -202,8 +203,8 @@ def _sm90_ptxas(stderr: str, shard: int, kernels: dict, rec: dict, seen: dict) -
             fam, rows, heads, warps, ctas = (int(x) for x in a.groups())
             family, whole = FAMILY_CODE[fam], 0
         else:  # the wgmma body: one producer warpgroup and CONS consumer warpgroups (+ CONS converters), one CTA an SM
-            rows, heads, cons, split, union, canon, whole = (int(x) for x in i8.groups())
-            family = ("i8uc" if canon else "i8u") if union else "i8c" if canon else "i8"
+            rows, heads, cons, split, union, canon, whole, every = (int(x) for x in i8.groups())
+            family = ("i8uc" if canon else "i8u") if union else "i8c" if canon else "i8w" if every else "i8"
             warps, ctas = 4 * (1 + cons * (1 + split)), 1
         kernels[m.group(1)] = dict(family=family, rows=rows, heads=heads, warps=warps, ctas=ctas, shard=shard,
                                    whole=bool(whole),

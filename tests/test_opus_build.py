@@ -93,7 +93,7 @@ def test_instances_are_registered_and_validated_only_where_they_ran():
         # the union body's windows come from its pre-pass: Free mode only (registry.h OPUS_UNION_MODES)
         assert inst.modes == (("free",) if inst.family in ("i8u", "i8uc") else ("table", "free", "prefill"))
         assert inst.block_n == 64
-        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|fp8fold|fold|mxf4|mxsc|i8|i8u|i8c|i8uc)_r\d+w\d+", inst.name)
+        assert re.fullmatch(r"(sm90|gfx942|gfx950)_(f16|fp8|fp8fold|fold|mxf4|mxsc|i8|i8u|i8c|i8uc|i8w)_r\d+w\d+", inst.name)
         assert inst.name == f"{inst.arches[0].replace('_', '')}_{inst.family}_r{inst.rows}w{inst.warps}"
         assert all(inst.rows * h <= 256 for h in inst.heads)
         if inst.arches == ("gfx942",):   # 256 B of FP16 query operand a (row, head) in 64 KB of LDS
@@ -151,8 +151,9 @@ def test_default_rule_per_arch():
     names = [i.name for i, _ in decode]
     assert names.index("sm90_i8_r2w16") < names.index("sm90_i8_r2w12")  # w16 first at equal rows
     assert names.index("sm90_fp8_r1w4") < names.index("sm90_fold_r2w4")  # then the mma.sync bodies as before
-    # r8 holds <= 32 heads; the canonical i8 body (i8c) after i8, before the mma.sync bodies
-    assert [i.family for i, _ in decode[:10]] == ["i8"] * 6 + ["i8c"] * 3 + ["fp8"]
+    # r8 holds <= 32 heads; i8's Prefill form in every mode (i8w, 64 heads) after i8, then the
+    # canonical i8 body (i8c), before the mma.sync bodies
+    assert [i.family for i, _ in decode[:11]] == ["i8"] * 6 + ["i8w"] + ["i8c"] * 3 + ["fp8"]
     one_row = [n for n in names if n.startswith("sm90_i8_r1")]
     assert one_row == ["sm90_i8_r1w16", "sm90_i8_r1w12", "sm90_i8_r1w20"]  # the split body last (slower so far)
     prefill = BACKEND.ranked_picks(sm90_key(heads=32, page_size=8, pages_per_block=32, max_qlen=4096, max_rows=4096))
@@ -663,14 +664,15 @@ def test_sm90_kernels_compile_without_spills_on_their_mma():
     assert {(k["family"], k["rows"], k["heads"], k["warps"], k["ctas"]) for k in kernels} == expected_kernels("sm_90")
     # a Prefill launch's own form (I8Shape::PREFILL_WHOLE): the fused i8 and i8c bodies whose
     # stage runs as rolled spans in decode (four chunks of whole rows) at 64 heads, and only those
+    # (and i8w's kernel, that form under a name of its own)
     assert sorted((k["family"], k["rows"], k["heads"], k["warps"]) for k in kernels if k["whole"]) == [
-        ("i8", 4, 64, 12), ("i8c", 4, 64, 12)]
+        ("i8", 4, 64, 12), ("i8c", 4, 64, 12), ("i8w", 4, 64, 12)]
     # the op's build: each kernel in one shard of kernels.cu, every shard with some (kernels.cu's in_this_shard)
     assert rec["in_several_shards"] == [] and {k["shard"] for k in kernels} == set(range(rec["shards"]))
     for k in kernels:
         what = f"{k['family']} r{k['rows']} H{k['heads']} w{k['warps']}"
         assert k["registers"] * k["warps"] * 32 * k["ctas"] <= 65536, f"{what}: launch bounds not met"
-        if k["family"] in ("i8", "i8u", "i8c", "i8uc"):
+        if k["family"] in ("i8", "i8u", "i8c", "i8uc", "i8w"):
             check_i8_kernel(k, what)
             continue
         # fold r1 H64 keeps a few words of per-piece state in local memory at the 4-CTA budget;

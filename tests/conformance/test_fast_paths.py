@@ -91,7 +91,7 @@ def test_nan_inf_cells_among_narrow_scales(pair, mode, device):
         assert not torch.isfinite(rows).all(), f"{source}: no NaN/Inf cell in its sequence"
 
 
-I8 = [p for p in CANDIDATES if p.values[0][0] == "opus" and re.search(r"_i8c?_", p.values[0][1])]
+I8 = [p for p in CANDIDATES if p.values[0][0] == "opus" and re.search(r"_i8[cw]?_", p.values[0][1])]
 
 
 def i8_stages(prob, cfg, inst, mode: str) -> int:

@@ -35,8 +35,10 @@ from .instances import (ARCHES, INSTANCES, UNION_FAMILIES, UNION_MAX_ENTRIES, ct
 # much it saves depends on how much the rows' lists overlap, which only a tuned table knows.
 # i8c (the i8 body with the canonical head sum: canonical) after them: the first canonical family
 # when batch_invariant asks for one (the mma.sync bodies' 0.08-0.15 of the floor behind it), and
-# i8uc (the union body with i8c's tiles) after it, as i8u after i8.
-_FAMILY_ORDER = {"sm_90": (("i8", "i8u", "i8c", "i8uc", "fp8", "fold", "f16"), ("i8", "i8c", "fold", "f16", "fp8")),
+# i8uc (the union body with i8c's tiles) after it, as i8u after i8. i8w (i8's Prefill form in
+# every mode) after i8: it wins only where a CTA runs many stages, which a tuned table knows.
+_FAMILY_ORDER = {"sm_90": (("i8", "i8w", "i8u", "i8c", "i8uc", "fp8", "fold", "f16"),
+                           ("i8", "i8w", "i8c", "fold", "f16", "fp8")),
                  "gfx942": (("fp8fold", "fp8", "f16"), ("fp8fold", "fp8", "f16")),
                  "gfx950": (("mxsc", "mxf4"), ("mxsc", "mxf4"))}
 

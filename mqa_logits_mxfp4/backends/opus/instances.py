@@ -26,12 +26,12 @@ HEAD_DIMS = (128,)
 # 2026-12-01, with its fast-path tests; i8u 2026-12-04: its gather cases of the suite, its union
 # tests and memcheck; i8c 2026-12-04: the whole GPU suite, its fast tiles bit for bit the canonical
 # bodies', memcheck; i8uc 2026-12-04: the whole GPU suite, its union tests with the canonical-bits
-# one, memcheck); mxf4 and mxsc (gfx950) and the gfx942 f16 body have never run, so their instances self-check
-# on first use. A family name may serve several arches (f16: sm_90 and gfx942), so an instance counts as
+# one, memcheck; i8w, i8's Prefill form in every mode, 2026-12-07 on an H100: the whole GPU suite, memcheck); mxf4
+# and mxsc (gfx950) and the gfx942 f16 body never ran, so their instances self-check on first use. A family name may serve several arches (f16: sm_90 and gfx942), so an instance counts as
 # validated only on its own arch (validated_on()).
 VALIDATED_ON: dict[str, tuple[str, ...]] = {"f16": ("sm_90",), "fp8": ("sm_90",), "fold": ("sm_90",), "mxf4": (),
                                             "mxsc": (), "fp8fold": (), "i8": ("sm_90",), "i8u": ("sm_90",),
-                                            "i8c": ("sm_90",), "i8uc": ("sm_90",)}
+                                            "i8c": ("sm_90",), "i8uc": ("sm_90",), "i8w": ("sm_90",)}
 
 _FIELDS = ("id", "name", "arch", "family", "rows", "warps", "keys", "stages", "ctas", "heads")
 
@@ -170,12 +170,12 @@ def validated_on(arch: str, family: str) -> tuple[str, ...]:
 # Families whose fast path is not the canonical order (within the tolerance; docs/numerics.md):
 # i8 sums the four scaled blocks exactly in integers ("Integer tiles"), mxsc lets the scaled
 # MFMA sum them ("Scaled MFMA tiles").
-NON_CANONICAL = frozenset({"i8", "i8u", "mxsc", "fp8fold"})
+NON_CANONICAL = frozenset({"i8", "i8u", "i8w", "mxsc", "fp8fold"})
 
 
 # Families whose Table records end on their consumers' rounds (worksplit/rules.py's table_unit):
 # the i8 bodies that take Table mode (the union ones take Free only).
-ROUND_SPLIT_FAMILIES = frozenset({"i8", "i8c"})
+ROUND_SPLIT_FAMILIES = frozenset({"i8", "i8c", "i8w"})
 
 
 def table_split(family: str, rows: int, warps: int, block_n: int) -> tuple[int, int, int] | None:

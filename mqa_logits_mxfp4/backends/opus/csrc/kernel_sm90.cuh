@@ -36,7 +36,7 @@
 namespace opus {
 namespace sm90 {
 
-enum Family : int { kF16 = 0, kFp8 = 1, kFold = 2, kI8 = 3, kI8U = 4, kI8C = 5, kI8UC = 6 };  // kI8..kI8UC: kernel_sm90_i8.cuh
+enum Family : int { kF16 = 0, kFp8 = 1, kFold = 2, kI8 = 3, kI8U = 4, kI8C = 5, kI8UC = 6, kI8W = 7 };  // kI8..kI8W: kernel_sm90_i8.cuh
 
 // The fold family's tile rule (docs/numerics.md, "Folded scales"): scale bytes of a key's or a
 // head's four blocks span at most kFoldSpread, so every folded operand is a normal FP16 number;

@@ -1749,9 +1749,12 @@ OPUS_DEV void i8_consume(const LaunchArgs& args, I8Smem<R, H, CONS, SPLIT, UNION
 }
 
 // WHOLE: the Prefill form of a shape with I8Shape::PREFILL_WHOLE (the launcher's pick in Prefill).
-template <int R, int H, int CONS, bool SPLIT = false, bool UNION = false, bool CANON = false, bool WHOLE = false>
+// EVERY_MODE: the same code under a name of its own, family i8w's kernel in every mode (kernels.cu).
+template <int R, int H, int CONS, bool SPLIT = false, bool UNION = false, bool CANON = false, bool WHOLE = false,
+          bool EVERY_MODE = false>
 __global__ void __launch_bounds__(I8Shape<R, H, CONS, SPLIT>::THREADS, 1) mqa_logits_sm90_i8(const LaunchArgs args) {
   static_assert(!WHOLE || (I8Shape<R, H, CONS, SPLIT>::PREFILL_WHOLE && !UNION), "a Prefill form where the shape has one");
+  static_assert(!EVERY_MODE || (WHOLE && !CANON), "family i8w: the fused body's Prefill form");
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = I8Shape<R, H, CONS, SPLIT>;
   auto& sm = *reinterpret_cast<I8Smem<R, H, CONS, SPLIT, UNION>*>(i8_smem);

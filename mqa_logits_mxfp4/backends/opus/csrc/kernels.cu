@@ -88,6 +88,7 @@ constexpr int kInAnotherShard = -1;
 #define OPUS_FAMILY_i8u sm90::kI8U
 #define OPUS_FAMILY_i8c sm90::kI8C
 #define OPUS_FAMILY_i8uc sm90::kI8UC
+#define OPUS_FAMILY_i8w sm90::kI8W
 #endif
 
 // Whether this shard compiles the kernel of registry entry `id` at `heads` heads: the kernels of
@@ -113,7 +114,8 @@ constexpr bool in_this_shard(int id, int heads) {
 // The sm_90 kernel of a family and its shared memory: the mma.sync bodies (kernel_sm90.cuh), or
 // the wgmma body whose warpgroup 0 produces and the others consume (kernel_sm90_i8.cuh).
 template <int FAMILY, int R, int H, int WARPS, int CTAS,
-          bool I8 = FAMILY == sm90::kI8 || FAMILY == sm90::kI8U || FAMILY == sm90::kI8C || FAMILY == sm90::kI8UC>
+          bool I8 = FAMILY == sm90::kI8 || FAMILY == sm90::kI8U || FAMILY == sm90::kI8C || FAMILY == sm90::kI8UC ||
+                    FAMILY == sm90::kI8W>
 struct SmBody {
   static constexpr bool uni = false;
   static constexpr int smem = sm90::smem_bytes<FAMILY, R, H, WARPS>();
@@ -129,12 +131,19 @@ struct SmBody<FAMILY, R, H, WARPS, CTAS, true> {
   static_assert(!(split && uni), "the union body is the fused i8 body's");
   static constexpr int cons = i8_consumers(WARPS);
   static constexpr int smem = sm90::i8_smem_bytes<R, H, cons, split, uni>();
-  // a Prefill launch's own kernel where the shape has one (I8Shape::PREFILL_WHOLE)
+  // a Prefill launch's own kernel where the shape has one (I8Shape::PREFILL_WHOLE); family i8w runs
+  // that form in every mode (its Table and Free launches too), under a kernel name of its own
   static constexpr bool prefill_form = !uni && sm90::I8Shape<R, H, cons, split>::PREFILL_WHOLE;
+  static constexpr bool every_mode = FAMILY == sm90::kI8W;
+  static_assert(!every_mode || prefill_form, "i8w: a shape with a Prefill form (registry.h's heads mask)");
   static auto kernel(bool prefill) {
-    if constexpr (prefill_form)
-      if (prefill) return sm90::mqa_logits_sm90_i8<R, H, cons, split, uni, canon, true>;
-    return sm90::mqa_logits_sm90_i8<R, H, cons, split, uni, canon>;
+    if constexpr (every_mode) {  // (an else, so i8w's shard instantiates no other form)
+      return sm90::mqa_logits_sm90_i8<R, H, cons, split, uni, canon, true, true>;
+    } else {
+      if constexpr (prefill_form)
+        if (prefill) return sm90::mqa_logits_sm90_i8<R, H, cons, split, uni, canon, true>;
+      return sm90::mqa_logits_sm90_i8<R, H, cons, split, uni, canon>;
+    }
   }
 };
 

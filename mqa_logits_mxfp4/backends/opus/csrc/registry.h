@@ -41,6 +41,11 @@
 //                exact integer block sum is the canonical one, so every tile carries the
 //                canonical bits (docs/numerics.md, "Integer tiles"). Heads <= 64 (one chunk a row)
 //           i8uc sm90a the union body (i8u) with i8c's fast tiles: canonical. Free mode only
+//           i8w  sm90a the i8 body with its fast stage unrolled whole in every mode (the
+//                Prefill form, I8Shape::PREFILL_WHOLE, in Table and Free launches too): faster
+//                where a CTA runs many stages (long contexts), slower where few (its longer
+//                code's first pass: docs/opus-backend.md); in Prefill it runs i8's Prefill
+//                form's code. Only the shapes that have a Prefill form
 //           mxf4 one scaled MFMA 32x32x64 a scale block on raw E2M1 operands, unit
 //                hardware scales (the E8M0 scales are applied on the VALU)
 //           mxsc gfx950 two scaled MFMAs 32x32x64 over the whole head_dim with the real E8M0
@@ -108,7 +113,9 @@
   /* i8uc: the union body with the canonical fast tiles (gather mode, Free mode only) */ \
   X(47, sm90_i8uc_r2w12,   sm90,   i8uc, 2, 12, 64, 4, 1, 0x7)                 \
   X(48, sm90_i8uc_r4w12,   sm90,   i8uc, 4, 12, 64, 4, 1, 0x7)                 \
-  X(49, sm90_i8uc_r8w12,   sm90,   i8uc, 8, 12, 64, 4, 1, 0x3)
+  X(49, sm90_i8uc_r8w12,   sm90,   i8uc, 8, 12, 64, 4, 1, 0x3)                 \
+  /* i8w: the i8 body's Prefill form in Table and Free launches (64 heads: the shape that has one) */ \
+  X(50, sm90_i8w_r4w12,    sm90,   i8w,  4, 12, 64, 4, 1, 0x4)
 
 // Keys of one stage of the i8 body (kernel_sm90_i8.cuh): the sequence's 64-key tiles 4j .. 4j + 3,
 // converted and voted on (fast or canonical path) as one, and what one count of its path_stats
