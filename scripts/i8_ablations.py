@@ -579,6 +579,31 @@ EDITS["persist"] = [
     ("checks.h", "         ((int64_t)c.grid_x * R >= rows ||\n", "         (true ||\n"),
 ]
 
+# qstage4: the set-up's query inputs staged a piece ahead by the stager (QSTAGE, warp 3 of the
+# producer warpgroup) at two and four rows too: the rows' q bytes by one bulk copy (the rows are
+# contiguous), their scale words and weights; r4w12's shared memory crosses a carve-out step
+# (192,000 + 18,448 bytes: L1 60 -> 28 KB), so the step's check is off. Exact. With persist
+# (persistqstage4) a CTA's later groups find their inputs in shared memory: what the set-up's
+# global round trip costs a Prefill group, apart from its code
+EDITS["qstage4"] = [
+    ("  static constexpr bool QSTAGE = !SPLIT && R == 1 && H <= 64;\n",
+     "  static constexpr bool QSTAGE = !SPLIT && R <= 4 && H <= 64;\n"),
+    ("  static_assert(!S::QSTAGE || sm90_carveout_kb(bytes)", "  static_assert(true || sm90_carveout_kb(bytes)"),
+]
+# stamps2: the stamps with the consumers' set-up points (consumer window, columns loaded, verdict,
+# operand built, set-up done) taken at CTA 0's second group, not its first: with persist
+# (persiststamps2) the set-up of a group that starts mid-run, its ring already full
+def _second_group(text: str) -> str:
+    for i in (9, 14, 15, 16, 10):
+        text = text.replace(f"TS_ONCE({i});", f"{{ if (npiece_ts == 1) TS_ONCE({i}); }}")
+    return text.replace("TS_ONCE(10); }\n", "TS_ONCE(10); }\n    ++npiece_ts;\n")
+
+
+EDITS["stamps2"] = [(old, _second_group(new)) for old, new in EDITS["stamps"]] + [
+    ("  uint32_t qphase = 0;  // QSTAGE: the staged inputs' phase\n",
+     "  uint32_t qphase = 0;  // QSTAGE: the staged inputs' phase\n  int npiece_ts = 0;  // stamps2: the groups set up so far\n"),
+]
+
 # skipblocks: a fast stage's M blocks that start at or past the piece's key end (kend: no row of
 # the piece stores them) are not converted or multiplied; the stage is released at the skip. The
 # whole-stage form (one unrolled span) ends at the first such block, flushing its last unit as
@@ -1822,7 +1847,10 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           "stage512span": ["stage512", "span4"],
           # persist with the later groups' set-up taken out (timing only): what the set-up costs a Prefill
           "persistone": ["persist", "onesetup"],
-          "persistonebar": ["persist", "onesetupbar"]}
+          "persistonebar": ["persist", "onesetupbar"],
+          # persist with the later groups' inputs staged a group ahead (qstage4), and its set-up's timeline
+          "persistqstage4": ["persist", "qstage4"],
+          "persiststamps2": ["persist", "stamps2"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
           17: ["2 64 32768", "2 16 32768"], 33: ["2 64 32768", "2 16 32768"],
@@ -1944,7 +1972,7 @@ def run_script(variants: list[str], jobs: list[tuple[int, str]], rounds: int, he
             shape, ratio = re.fullmatch(r"(.*?)(?:\s+r(\d+))?", job.strip()).groups()
             for v in (variants if r % 2 == 0 else variants[::-1]):
                 parts = set(COMBOS.get(v, [v]))
-                env = "STAMPS=1 " if {"stamps", "warmstamps", "qpiecestamps", "ctaends", "piecetimes", "boundary"} & parts else ""
+                env = "STAMPS=1 " if {"stamps", "stamps2", "warmstamps", "qpiecestamps", "ctaends", "piecetimes", "boundary"} & parts else ""
                 env += "CTADUMP=1 " if "piecetimes" in parts else ""
                 env += "CTADUMP=raw " if "boundary" in parts else ""
                 env += "PREFILL=1 " if prefill else ""
