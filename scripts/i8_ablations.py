@@ -590,6 +590,12 @@ EDITS["qstage4"] = [
      "  static constexpr bool QSTAGE = !SPLIT && R <= 4 && H <= 64;\n"),
     ("  static_assert(!S::QSTAGE || sm90_carveout_kb(bytes)", "  static_assert(true || sm90_carveout_kb(bytes)"),
 ]
+# ring3: a ring of three stages a consumer where there were four (two consumers: 768 keys, as
+# three consumers hold): 34,816 bytes less shared memory at r4w12, so qstage4ring3's staged
+# inputs leave it in its carve-out step (175,632 bytes). For the Prefill form, whose keys come
+# from L2, a shallower ring may cost little. Exact
+EDITS["ring3"] = [("  static constexpr int STAGES = SPLIT ? 2 : (CONS == 3 ? 768 : 1024) / KEYS;\n",
+                   "  static constexpr int STAGES = SPLIT ? 2 : 768 / KEYS;\n")]
 # stamps2: the stamps with the consumers' set-up points (consumer window, columns loaded, verdict,
 # operand built, set-up done) taken at CTA 0's second group, not its first: with persist
 # (persiststamps2) the set-up of a group that starts mid-run, its ring already full
@@ -1850,7 +1856,10 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           "persistonebar": ["persist", "onesetupbar"],
           # persist with the later groups' inputs staged a group ahead (qstage4), and its set-up's timeline
           "persistqstage4": ["persist", "qstage4"],
-          "persiststamps2": ["persist", "stamps2"]}
+          "persiststamps2": ["persist", "stamps2"],
+          # the staged inputs inside the carve-out step (a ring of three), alone and persistent
+          "qstage4ring3": ["qstage4", "ring3"],
+          "persistqstage4ring3": ["persist", "qstage4", "ring3"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
           17: ["2 64 32768", "2 16 32768"], 33: ["2 64 32768", "2 16 32768"],
