@@ -596,6 +596,71 @@ EDITS["qstage4"] = [
 # from L2, a shallower ring may cost little. Exact
 EDITS["ring3"] = [("  static constexpr int STAGES = SPLIT ? 2 : (CONS == 3 ? 768 : 1024) / KEYS;\n",
                    "  static constexpr int STAGES = SPLIT ? 2 : 768 / KEYS;\n")]
+# colsetup: the set-up's query operand a column at a time where the keys are signed (no bias
+# slice) and a column's 16 words split evenly over 1, 2 or 4 consumer threads (r4w12 and r2w12 at
+# 64 heads, r8w12 at 32): a thread reads its column's words as whole 16-byte blocks (one load a
+# block, the column's scale word once), converts them, and stores each k-slice's run of its
+# blocks' words with one 4-, 8- or 16-byte store (lo and hi), in place of a word a turn with its
+# own scale read and two 4-byte stores. About half the set-up's operand instructions, the same
+# code in every mode. Exact (the same bytes at the same places).
+_COL_FUNCS = r"""  // colsetup: a column's words by TPC threads, BPT whole blocks each (words[4 * bi + j]: word j
+  // of block b0 + bi)
+  static constexpr int TPC = S::CT % S::N == 0 ? S::CT / S::N : 0;
+  static constexpr bool COL_SETUP = KEY_SIGNED && !SPLIT && (TPC == 1 || TPC == 2 || TPC == 4);
+  static constexpr int BPT = COL_SETUP ? 4 / TPC : 1;
+  OPUS_DEV void load_operand_col(uint32_t (&words)[OPERAND_WORDS]) const {
+    static_assert(!COL_SETUP || (OPERAND_WORDS == 4 * BPT && !S::QSTAGE), "a thread's words: its blocks");
+    const int n = ct / TPC, b0 = (ct % TPC) * BPT, row = r0 + n / H;
+    const uint4* src = reinterpret_cast<const uint4*>(args.q + ((long long)r0 * H + n) * kHeadBytes) + b0;
+#pragma unroll
+    for (int bi = 0; bi < BPT; ++bi) {
+      const uint4 v = row < r1 ? src[bi] : make_uint4(0u, 0u, 0u, 0u);
+      words[4 * bi] = v.x;
+      words[4 * bi + 1] = v.y;
+      words[4 * bi + 2] = v.z;
+      words[4 * bi + 3] = v.w;
+    }
+  }
+  OPUS_DEV void setup_operand_col(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {
+    const int n = ct / TPC, b0 = (ct % TPC) * BPT;
+    const uint32_t qs = sm.qscale[n];
+    const int qmin = min4(qs);
+    uint32_t lo[4][BPT], hi[4][BPT];
+#pragma unroll
+    for (int bi = 0; bi < BPT; ++bi) {
+      const int shift = (byte_of(qs, b0 + bi) - qmin) & -int(fast);
+      const I8Table tab = sm.tables[shift];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) i8_word(words[4 * bi + j], tab, lo[j][bi], hi[j][bi]);
+      sm.uq[b0 + bi][n] = __uint_as_float(uint32_t(127 - 2 - shift) << 23);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // slice j, slots b0 .. b0 + BPT - 1 of column n
+      uint8_t* core = sm.qb + j * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * b0;
+      if constexpr (BPT == 4) {
+        *reinterpret_cast<uint4*>(core) = make_uint4(lo[j][0], lo[j][1], lo[j][2], lo[j][3]);
+        *reinterpret_cast<uint4*>(core + 128) = make_uint4(hi[j][0], hi[j][1], hi[j][2], hi[j][3]);
+      } else if constexpr (BPT == 2) {
+        *reinterpret_cast<uint2*>(core) = make_uint2(lo[j][0], lo[j][1]);
+        *reinterpret_cast<uint2*>(core + 128) = make_uint2(hi[j][0], hi[j][1]);
+      } else {
+        *reinterpret_cast<uint32_t*>(core) = lo[j][0];
+        *reinterpret_cast<uint32_t*>(core + 128) = hi[j][0];
+      }
+    }
+  }
+
+"""
+EDITS["colsetup"] = [
+    ("  OPUS_DEV void setup_group(const Piece& p, int gbeg, int gend, int kbeg) {\n",
+     _COL_FUNCS + "  OPUS_DEV void setup_group(const Piece& p, int gbeg, int gend, int kbeg) {\n"),
+    ("    uint32_t words[OPERAND_WORDS];\n    load_operand(words);\n",
+     "    uint32_t words[OPERAND_WORDS];\n    if constexpr (COL_SETUP)\n      load_operand_col(words);\n    else\n      load_operand(words);\n"),
+    ("    if (ROLL_SETUP && args.mode != kModePrefill)\n      setup_operand<ROLL_SETUP>(fast, words);\n",
+     "    if constexpr (COL_SETUP)\n      setup_operand_col(fast, words);\n"
+     "    else if (ROLL_SETUP && args.mode != kModePrefill)\n      setup_operand<ROLL_SETUP>(fast, words);\n"),
+]
+
 # stamps2: the stamps with the consumers' set-up points (consumer window, columns loaded, verdict,
 # operand built, set-up done) taken at CTA 0's second group, not its first: with persist
 # (persiststamps2) the set-up of a group that starts mid-run, its ring already full
