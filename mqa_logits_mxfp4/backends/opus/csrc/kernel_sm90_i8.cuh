@@ -776,8 +776,8 @@ struct I8Consumer {
       }
     }
   }
-  // Converts a thread's words. In Free and Table mode groups of 8 or more words a thread (two
-  // rows and up) run it as a loop two words a turn: a CTA sets up one or two groups, each at the
+  // Converts a thread's words (the kernels without COL_SETUP, below). In Free and Table mode
+  // groups of 8 or more words a thread (two rows and up) run it as a loop two words a turn: a CTA sets up one or two groups, each at the
   // instruction fetch's pace, and the rolled body took 3-4 us off r2w12's set-up on the H200
   // (docs/perf-notes.md, fifteenth session). Prefill sets a group up for every piece, ~30 a CTA
   // with the code warm after the first, and there the unrolled body's overlapped loads and
@@ -864,6 +864,65 @@ struct I8Consumer {
     }
   }
 
+  // COL_SETUP, the operand a column at a time: where the keys are signed (no bias slice, so no
+  // column sum across lanes) and a column's four 16-byte blocks split evenly over TPC = 1, 2 or 4
+  // consumer threads (among them r2w12 and r4w12 at 64 heads and r8w12 at 32, in every family but
+  // the split body, and r1w12 and r2w12 at 128 heads), a thread loads its BPT whole blocks (one
+  // 16-byte load each), reads the column's scale word once and stores each k-slice's run of its
+  // blocks' words with one 16-, 8- or 4-byte store for lo and one for hi: r4w12 4 loads and 8 stores
+  // a thread where the word-at-a-time body has 16 and 32; r4w12's Prefill kernel is 2,048 SASS
+  // instructions shorter (17,904 -> 15,856), both of its bodies' set-ups. A group's set-up runs cold
+  // (a Prefill CTA sets up one group), so its code's length is its time: on the H100 r4w12's Prefill
+  // 8-11% faster at 4096 x 4096 and the V4 fresh prefill, r2w12 6%, r8w12 at 32 heads 8-11%, r4w12's
+  // Table calls 3-4.5% (20% at 8 sequences), r2w12's +0.8..-3% (docs/perf-notes.md, fifty-second
+  // session). The same body in every mode; words[4 * bi + j] is word j of block b0 + bi of the
+  // thread's column n.
+  static constexpr int TPC = S::CT % S::N == 0 ? S::CT / S::N : 0;
+  static constexpr bool COL_SETUP = KEY_SIGNED && !SPLIT && (TPC == 1 || TPC == 2 || TPC == 4);
+  static constexpr int BPT = COL_SETUP ? 4 / TPC : 1;
+  OPUS_DEV void load_operand_col(uint32_t (&words)[OPERAND_WORDS]) const {
+    static_assert(!COL_SETUP || (OPERAND_WORDS == 4 * BPT && !S::QSTAGE), "a thread's words: its blocks");
+    // q is 16-byte aligned (checks.h) and a row's heads are contiguous
+    const int n = ct / TPC, b0 = (ct % TPC) * BPT, row = r0 + n / H;
+    const uint4* src = reinterpret_cast<const uint4*>(args.q + ((long long)r0 * H + n) * kHeadBytes) + b0;
+#pragma unroll
+    for (int bi = 0; bi < BPT; ++bi) {
+      const uint4 v = row < r1 ? src[bi] : make_uint4(0u, 0u, 0u, 0u);
+      words[4 * bi] = v.x;
+      words[4 * bi + 1] = v.y;
+      words[4 * bi + 2] = v.z;
+      words[4 * bi + 3] = v.w;
+    }
+  }
+  OPUS_DEV void setup_operand_col(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {
+    const int n = ct / TPC, b0 = (ct % TPC) * BPT;
+    const uint32_t qs = sm.qscale[n];
+    const int qmin = min4(qs);
+    uint32_t lo[4][BPT], hi[4][BPT];
+#pragma unroll
+    for (int bi = 0; bi < BPT; ++bi) {
+      const int shift = (byte_of(qs, b0 + bi) - qmin) & -int(fast);
+      const I8Table tab = sm.tables[shift];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) i8_word(words[4 * bi + j], tab, lo[j][bi], hi[j][bi]);
+      sm.uq[b0 + bi][n] = __uint_as_float(uint32_t(127 - 2 - shift) << 23);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // slice j, slots b0 .. b0 + BPT - 1 of column n
+      uint8_t* core = sm.qb + j * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * b0;
+      if constexpr (BPT == 4) {
+        *reinterpret_cast<uint4*>(core) = make_uint4(lo[j][0], lo[j][1], lo[j][2], lo[j][3]);
+        *reinterpret_cast<uint4*>(core + 128) = make_uint4(hi[j][0], hi[j][1], hi[j][2], hi[j][3]);
+      } else if constexpr (BPT == 2) {
+        *reinterpret_cast<uint2*>(core) = make_uint2(lo[j][0], lo[j][1]);
+        *reinterpret_cast<uint2*>(core + 128) = make_uint2(hi[j][0], hi[j][1]);
+      } else {
+        *reinterpret_cast<uint32_t*>(core) = lo[j][0];
+        *reinterpret_cast<uint32_t*>(core + 128) = hi[j][0];
+      }
+    }
+  }
+
   OPUS_DEV void setup_group(const Piece& p, int gbeg, int gend, int kbeg) {
     r0 = p.r0;
     r1 = imin(p.r1, p.r0 + R);
@@ -874,7 +933,10 @@ struct I8Consumer {
     qstage_wait();  // QSTAGE: the staged inputs (else: read below)
     // every global read of the setup issued here, in flight together
     uint32_t words[OPERAND_WORDS];
-    load_operand(words);
+    if constexpr (COL_SETUP)
+      load_operand_col(words);
+    else
+      load_operand(words);
     int wbeg = 0, wend = 0;
     long long wbase = 0;
     const int wr = ct % 128;  // each warpgroup's threads 0 .. R - 1 write its copy of row wr's window
@@ -925,7 +987,9 @@ struct I8Consumer {
     } else if (wr == 0) {
       sm.keys[c].khi = khi;  // read back each stage (the last barrier below orders it)
     }
-    if (ROLL_SETUP && args.mode != kModePrefill)
+    if constexpr (COL_SETUP)
+      setup_operand_col(fast, words);
+    else if (ROLL_SETUP && args.mode != kModePrefill)
       setup_operand<ROLL_SETUP>(fast, words);
     else
       setup_operand<false>(fast, words);
