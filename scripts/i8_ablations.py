@@ -467,9 +467,9 @@ EDITS["stamps"] = [
      "      if (blockIdx.x == 0 && c == 0 && lane == 0) TS_ONCE(7);\n      bulk_copy(st.raw + k0 * kHeadBytes,"),
     ("    regs_grow<S::CONSUMER_REGS>();\n",
      "    regs_grow<S::CONSUMER_REGS>();\n    if (tid == 128 && blockIdx.x == 0) TS(8);\n"),
-    ("    uint32_t words[OPERAND_WORDS];\n    load_operand(words);\n",
+    ("    uint32_t words[OPERAND_WORDS];\n",
      "    if (blockIdx.x == 0 && ct == 0) TS_ONCE(9);  // the consumer's walk step and row window done\n"
-     "    uint32_t words[OPERAND_WORDS];\n    load_operand(words);\n"),
+     "    uint32_t words[OPERAND_WORDS];\n"),
     # inside the group set-up (CTA 0's first): its columns' loads back, the verdict's barrier, the
     # operand built (the compares wait for the values they test)
     ("    const bool mine = setup_columns(qmax_hi, wexp_hi, wexp_lo);\n",
@@ -596,71 +596,49 @@ EDITS["qstage4"] = [
 # from L2, a shallower ring may cost little. Exact
 EDITS["ring3"] = [("  static constexpr int STAGES = SPLIT ? 2 : (CONS == 3 ? 768 : 1024) / KEYS;\n",
                    "  static constexpr int STAGES = SPLIT ? 2 : 768 / KEYS;\n")]
-# colsetup: the set-up's query operand a column at a time where the keys are signed (no bias
-# slice) and a column's 16 words split evenly over 1, 2 or 4 consumer threads (r4w12 and r2w12 at
-# 64 heads, r8w12 at 32): a thread reads its column's words as whole 16-byte blocks (one load a
-# block, the column's scale word once), converts them, and stores each k-slice's run of its
-# blocks' words with one 4-, 8- or 16-byte store (lo and hi), in place of a word a turn with its
-# own scale read and two 4-byte stores. About half the set-up's operand instructions, the same
-# code in every mode. Exact (the same bytes at the same places).
-_COL_FUNCS = r"""  // colsetup: a column's words by TPC threads, BPT whole blocks each (words[4 * bi + j]: word j
-  // of block b0 + bi)
-  static constexpr int TPC = S::CT % S::N == 0 ? S::CT / S::N : 0;
-  static constexpr bool COL_SETUP = KEY_SIGNED && !SPLIT && (TPC == 1 || TPC == 2 || TPC == 4);
-  static constexpr int BPT = COL_SETUP ? 4 / TPC : 1;
-  OPUS_DEV void load_operand_col(uint32_t (&words)[OPERAND_WORDS]) const {
-    static_assert(!COL_SETUP || (OPERAND_WORDS == 4 * BPT && !S::QSTAGE), "a thread's words: its blocks");
-    const int n = ct / TPC, b0 = (ct % TPC) * BPT, row = r0 + n / H;
-    const uint4* src = reinterpret_cast<const uint4*>(args.q + ((long long)r0 * H + n) * kHeadBytes) + b0;
-#pragma unroll
-    for (int bi = 0; bi < BPT; ++bi) {
-      const uint4 v = row < r1 ? src[bi] : make_uint4(0u, 0u, 0u, 0u);
-      words[4 * bi] = v.x;
-      words[4 * bi + 1] = v.y;
-      words[4 * bi + 2] = v.z;
-      words[4 * bi + 3] = v.w;
-    }
-  }
-  OPUS_DEV void setup_operand_col(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {
-    const int n = ct / TPC, b0 = (ct % TPC) * BPT;
-    const uint32_t qs = sm.qscale[n];
-    const int qmin = min4(qs);
-    uint32_t lo[4][BPT], hi[4][BPT];
-#pragma unroll
-    for (int bi = 0; bi < BPT; ++bi) {
-      const int shift = (byte_of(qs, b0 + bi) - qmin) & -int(fast);
-      const I8Table tab = sm.tables[shift];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) i8_word(words[4 * bi + j], tab, lo[j][bi], hi[j][bi]);
-      sm.uq[b0 + bi][n] = __uint_as_float(uint32_t(127 - 2 - shift) << 23);
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // slice j, slots b0 .. b0 + BPT - 1 of column n
-      uint8_t* core = sm.qb + j * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + 4 * b0;
-      if constexpr (BPT == 4) {
-        *reinterpret_cast<uint4*>(core) = make_uint4(lo[j][0], lo[j][1], lo[j][2], lo[j][3]);
-        *reinterpret_cast<uint4*>(core + 128) = make_uint4(hi[j][0], hi[j][1], hi[j][2], hi[j][3]);
-      } else if constexpr (BPT == 2) {
-        *reinterpret_cast<uint2*>(core) = make_uint2(lo[j][0], lo[j][1]);
-        *reinterpret_cast<uint2*>(core + 128) = make_uint2(hi[j][0], hi[j][1]);
-      } else {
-        *reinterpret_cast<uint32_t*>(core) = lo[j][0];
-        *reinterpret_cast<uint32_t*>(core + 128) = hi[j][0];
-      }
-    }
-  }
-
-"""
-EDITS["colsetup"] = [
-    ("  OPUS_DEV void setup_group(const Piece& p, int gbeg, int gend, int kbeg) {\n",
-     _COL_FUNCS + "  OPUS_DEV void setup_group(const Piece& p, int gbeg, int gend, int kbeg) {\n"),
-    ("    uint32_t words[OPERAND_WORDS];\n    load_operand(words);\n",
-     "    uint32_t words[OPERAND_WORDS];\n    if constexpr (COL_SETUP)\n      load_operand_col(words);\n    else\n      load_operand(words);\n"),
-    ("    if (ROLL_SETUP && args.mode != kModePrefill)\n      setup_operand<ROLL_SETUP>(fast, words);\n",
-     "    if constexpr (COL_SETUP)\n      setup_operand_col(fast, words);\n"
-     "    else if (ROLL_SETUP && args.mode != kModePrefill)\n      setup_operand<ROLL_SETUP>(fast, words);\n"),
+# colsetup (the query operand a column at a time where the keys are signed) landed in the
+# fifty-second session: kernel_sm90_i8.cuh's COL_SETUP (docs/perf-notes.md).
+# colbias: the column form of the set-up (COL_SETUP) where the keys are biased too -- its bias
+# slice from the column's sum over its TPC threads (adjacent lanes, log2 TPC shuffles; the
+# word-at-a-time body sums each word over 16 lanes) written with one 8- or 16-byte store a
+# thread -- and from the staged words (QSTAGE: whole blocks from shared memory): r1w12 at 64 heads,
+# r2w12 at 32, r4w12 at 16 and 32, r8w12 at 16 join it. Exact (the same bytes at the same places).
+EDITS["colbias"] = [
+    ("  static constexpr bool COL_SETUP = KEY_SIGNED && !SPLIT && (TPC == 1 || TPC == 2 || TPC == 4);\n",
+     "  static constexpr bool COL_SETUP = !SPLIT && (TPC == 1 || TPC == 2 || TPC == 4);\n"),
+    ("(OPERAND_WORDS == 4 * BPT && !S::QSTAGE), \"a thread's words: its blocks\");\n",
+     "OPERAND_WORDS == 4 * BPT, \"a thread's words: its blocks\");\n"),
+    ("    const uint4* src = reinterpret_cast<const uint4*>(args.q + ((long long)r0 * H + n) * kHeadBytes) + b0;\n",
+     "    const uint4* src;\n"
+     "    if constexpr (S::QSTAGE)\n"
+     "      src = reinterpret_cast<const uint4*>(sm.qst.q + n * 16) + b0;  // the staged rows' words\n"
+     "    else\n"
+     "      src = reinterpret_cast<const uint4*>(args.q + ((long long)r0 * H + n) * kHeadBytes) + b0;\n"),
+    ("        *reinterpret_cast<uint32_t*>(core) = lo[j][0];\n        *reinterpret_cast<uint32_t*>(core + 128) = hi[j][0];\n      }\n    }\n  }\n",
+     "        *reinterpret_cast<uint32_t*>(core) = lo[j][0];\n        *reinterpret_cast<uint32_t*>(core + 128) = hi[j][0];\n      }\n    }\n"
+     "    if constexpr (!KEY_SIGNED) {  // the bias slice: slot pairs k0 .. k0 + KP - 1 of the column's\n"
+     "      int qsum = 0;\n"
+     "#pragma unroll\n"
+     "      for (int j = 0; j < 4; ++j)\n"
+     "#pragma unroll\n"
+     "        for (int bi = 0; bi < BPT; ++bi) qsum += __dp4a(int(lo[j][bi]), 0x01010101, 0) + __dp4a(int(hi[j][bi]), 0x01010101, 0);\n"
+     "#pragma unroll\n"
+     "      for (int m = 1; m < TPC; m <<= 1) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, m);  // the column's TPC lanes\n"
+     "      const I8BiasQuot bq = i8_bias_quot(qsum);\n"
+     "      constexpr int KP = 16 / TPC;\n"
+     "      const int k0 = (ct % TPC) * KP;\n"
+     "      uint32_t pw[KP / 2];\n"
+     "#pragma unroll\n"
+     "      for (int i = 0; i < KP / 2; ++i) pw[i] = i8_bias_pair(bq, k0 + 2 * i) | i8_bias_pair(bq, k0 + 2 * i + 1) << 16;\n"
+     "      uint8_t* core = sm.qb + kScaleBlocks * (S::N * 32) + (n >> 3) * 256 + (n & 7) * 16 + (k0 >> 3) * 128 + 2 * (k0 & 7);\n"
+     "      if constexpr (KP == 4) {\n"
+     "        *reinterpret_cast<uint2*>(core) = make_uint2(pw[0], pw[1]);\n"
+     "      } else {\n"
+     "        *reinterpret_cast<uint4*>(core) = make_uint4(pw[0], pw[1], pw[2], pw[3]);\n"
+     "        if constexpr (KP == 16) *reinterpret_cast<uint4*>(core + 128) = make_uint4(pw[4], pw[5], pw[6], pw[7]);\n"
+     "      }\n"
+     "    }\n  }\n"),
 ]
-
 # stamps2: the stamps with the consumers' set-up points (consumer window, columns loaded, verdict,
 # operand built, set-up done) taken at CTA 0's second group, not its first: with persist
 # (persiststamps2) the set-up of a group that starts mid-run, its ring already full
@@ -1034,8 +1012,9 @@ EDITS["spanahead"] = EDITS["voteahead"] + [
     ("      vote_ahead(ring);\n    }\n", "      vote_ahead(ring);\n      issue_ahead();\n      wgmma_wait<0>();  // nothing to run it under at a piece's start\n    }\n"),
 ]
 # the rolled operand loop in Prefill too (the fifteenth session's kernel, before the launch's mode
-# picked the body)
-EDITS["rollprefill"] = [("    if (ROLL_SETUP && args.mode != kModePrefill)\n", "    if (ROLL_SETUP)\n")]
+# picked the body), in the kernels without COL_SETUP; r4w12 -3.2% at 4096 x 4096 before COL_SETUP
+# took its set-up (fifty-second session)
+EDITS["rollprefill"] = [("    else if (ROLL_SETUP && args.mode != kModePrefill)\n", "    else if (ROLL_SETUP)\n")]
 # A CTA's later pieces without their group set-up (timing only: they score the first group's
 # query, so their cells are wrong): each consumer warpgroup writes its own keys and windows and
 # goes on, with no barrier across the consumers and no operand built. What a piece's set-up and
@@ -1320,8 +1299,8 @@ EDITS["convahead"] = [
     ("    load_operand(words);\n",
      "    load_operand(words);\n"
      "    if constexpr (S::QSTAGE) setup_operand<false>(true, words);  // convahead: as a fast group, before the verdict\n"),
-    ("    if (ROLL_SETUP && args.mode != kModePrefill)\n      setup_operand<ROLL_SETUP>(fast, words);\n",
-     "    if constexpr (S::QSTAGE) {\n"
+    ("    else if (ROLL_SETUP && args.mode != kModePrefill)\n      setup_operand<ROLL_SETUP>(fast, words);\n",
+     "    else if constexpr (S::QSTAGE) {\n"
      "      if (!fast) setup_operand<false>(false, words);  // convahead: a canonical group again, unshifted\n"
      "    } else if (ROLL_SETUP && args.mode != kModePrefill)\n      setup_operand<ROLL_SETUP>(fast, words);\n"),
 ]
@@ -1568,7 +1547,7 @@ def _indent(text: str, pad: str) -> str:
 # where the set-up writes a column's bias, and the indentation there beyond _BIAS_COLUMN's:
 # setup_turns's (inside its `if constexpr (!KEY_SIGNED)`) and setup_each's
 _BIAS_SITES = ((_indent(_BIAS_COLUMN, "  ") + "        }\n      }\n    }\n  }\n  // One word at a time", "  "),
-               (_BIAS_COLUMN + "      }\n    }\n  }\n\n  OPUS_DEV void setup_group", ""))
+               (_BIAS_COLUMN + "      }\n    }\n  }\n\n  // COL_SETUP, the operand a column at a time", ""))
 
 
 def _bias_column_edits(new: str) -> list:
