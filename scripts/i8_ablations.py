@@ -598,6 +598,11 @@ EDITS["ring3"] = [("  static constexpr int STAGES = SPLIT ? 2 : (CONS == 3 ? 768
                    "  static constexpr int STAGES = SPLIT ? 2 : 768 / KEYS;\n")]
 # colsetup (the query operand a column at a time where the keys are signed) landed in the
 # fifty-second session: kernel_sm90_i8.cuh's COL_SETUP (docs/perf-notes.md).
+# nocol: the set-up's word-at-a-time body again where COL_SETUP took it (the kernel before the
+# fifty-second session): what the column form is worth to a kernel the landing did not time (i8c's
+# r4w12 Prefill form, whose stage loop holds a register pair moved through local memory). Exact
+EDITS["nocol"] = [("  static constexpr bool COL_SETUP = KEY_SIGNED && !SPLIT && (TPC == 1 || TPC == 2 || TPC == 4);\n",
+                   "  static constexpr bool COL_SETUP = false && KEY_SIGNED && !SPLIT && (TPC == 1 || TPC == 2 || TPC == 4);\n")]
 # colbias: the column form of the set-up (COL_SETUP) where the keys are biased too -- its bias
 # slice from the column's sum over its TPC threads (adjacent lanes, log2 TPC shuffles; the
 # word-at-a-time body sums each word over 16 lanes) written with one 8- or 16-byte store a
