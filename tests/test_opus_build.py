@@ -701,9 +701,9 @@ def test_sm90_kernels_compile_without_spills_on_their_mma():
 # opus_compile_check._local_in_loops). Since the set-up's column form (kernel_sm90_i8.cuh,
 # COL_SETUP; fifty-second session) ptxas moves a register pair through local memory in the
 # four-row Prefill forms' stage loops (an STL.64 and at once its LDL: 2 in the float32 consumer's
-# loop, 6 in the narrow one's), and in i8c's r8 H16 body: i8's Prefill form with them measured
-# 8-11% faster on the H100 at 4096 x 4096 and the V4 fresh prefill (docs/perf-notes.md); i8c's
-# two kernels were not timed.
+# loop, 6 in the narrow one's), and in i8c's r8 H16 body: i8's and i8c's Prefill forms with them
+# measured 7-12% faster on the H100 at 4096 x 4096 and the V4 fresh prefill than with the word
+# body (docs/perf-notes.md); i8c r8 H16 and the narrow consumers were not timed.
 I8_STAGE_LOOP_LOCAL = {("i8", 2, 64, 16, False): 50, ("i8", 4, 64, 12, True): 8, ("i8w", 4, 64, 12, True): 8,
                        ("i8c", 4, 64, 12, True): 8, ("i8c", 8, 16, 12, False): 7}
 
