@@ -872,11 +872,9 @@ struct I8Consumer {
   // blocks' words with one 16-, 8- or 4-byte store for lo and one for hi: r4w12 4 loads and 8 stores
   // a thread where the word-at-a-time body has 16 and 32; r4w12's Prefill kernel is 2,048 SASS
   // instructions shorter (17,904 -> 15,856), both of its bodies' set-ups. A group's set-up runs cold
-  // (a Prefill CTA sets up one group), so its code's length is its time: on the H100 r4w12's Prefill
-  // 8-11% faster at 4096 x 4096 and the V4 fresh prefill, r2w12 6%, r8w12 at 32 heads 8-11%, r4w12's
-  // Table calls 3-4.5% (20% at 8 sequences), r2w12's +0.8..-3% (docs/perf-notes.md, fifty-second
-  // session). The same body in every mode; words[4 * bi + j] is word j of block b0 + bi of the
-  // thread's column n.
+  // (a Prefill CTA sets up one group), so its code's length is its time (measured:
+  // docs/opus-backend.md, "The i8 body"). The same body in every mode; words[4 * bi + j] is word j
+  // of block b0 + bi of the thread's column n.
   static constexpr int TPC = S::CT % S::N == 0 ? S::CT / S::N : 0;
   static constexpr bool COL_SETUP = KEY_SIGNED && !SPLIT && (TPC == 1 || TPC == 2 || TPC == 4);
   static constexpr int BPT = COL_SETUP ? 4 / TPC : 1;
