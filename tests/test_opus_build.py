@@ -670,7 +670,7 @@ def test_sm90_kernels_compile_without_spills_on_their_mma():
     # the op's build: each kernel in one shard of kernels.cu, every shard with some (kernels.cu's in_this_shard)
     assert rec["in_several_shards"] == [] and {k["shard"] for k in kernels} == set(range(rec["shards"]))
     for k in kernels:
-        what = f"{k['family']} r{k['rows']} H{k['heads']} w{k['warps']}"
+        what = f"{k['family']} r{k['rows']} H{k['heads']} w{k['warps']}" + (" (Prefill form)" if k.get("whole") else "")
         assert k["registers"] * k["warps"] * 32 * k["ctas"] <= 65536, f"{what}: launch bounds not met"
         if k["family"] in ("i8", "i8u", "i8c", "i8uc", "i8w"):
             check_i8_kernel(k, what)
