@@ -21,14 +21,15 @@ from ...worksplit import rules as worksplit
 BACKEND = "opus"
 REGISTRY_H = Path(__file__).with_name("csrc") / "registry.h"
 HEAD_DIMS = (128,)
-# Arches where this project has executed the family against the reference: the sm_90 families
-# passed the whole conformance suite on an H200 (2026-11-30; fold also its folded-tile test; i8
-# 2026-12-01, with its fast-path tests; i8u 2026-12-04: its gather cases of the suite, its union
-# tests and memcheck; i8c 2026-12-04: the whole GPU suite, its fast tiles bit for bit the canonical
-# bodies', memcheck; i8uc 2026-12-04: the whole GPU suite, its union tests with the canonical-bits
-# one, memcheck; i8w, i8's Prefill form in every mode, 2026-12-07 on an H100: the whole GPU suite, memcheck); mxf4
-# and mxsc (gfx950) and the gfx942 f16 body never ran, so their instances self-check on first use. A family name may serve several arches (f16: sm_90 and gfx942), so an instance counts as
-# validated only on its own arch (validated_on()).
+# Arches where this project has executed the family against the reference: the sm_90 families passed
+# the whole conformance suite on an H200 (2026-11-30; fold also its folded-tile test; i8 2026-12-01,
+# with its fast-path tests; i8u 2026-12-04: its gather cases of the suite, its union tests and
+# memcheck; i8c 2026-12-04: the whole GPU suite, its fast tiles bit for bit the canonical bodies',
+# memcheck; i8uc 2026-12-04: the whole GPU suite, its union tests with the canonical-bits one,
+# memcheck; i8w, i8's Prefill form in every mode, 2026-12-07 on an H100: the whole GPU suite,
+# memcheck); mxf4 and mxsc (gfx950) and the gfx942 f16 body never ran, so their instances self-check
+# on first use. A family name may serve several arches (f16: sm_90 and gfx942), so an instance
+# counts as validated only on its own arch (validated_on()).
 VALIDATED_ON: dict[str, tuple[str, ...]] = {"f16": ("sm_90",), "fp8": ("sm_90",), "fold": ("sm_90",), "mxf4": (),
                                             "mxsc": (), "fp8fold": (), "i8": ("sm_90",), "i8u": ("sm_90",),
                                             "i8c": ("sm_90",), "i8uc": ("sm_90",), "i8w": ("sm_90",)}

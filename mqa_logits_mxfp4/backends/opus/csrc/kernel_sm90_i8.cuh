@@ -776,13 +776,13 @@ struct I8Consumer {
       }
     }
   }
-  // Converts a thread's words (the kernels without COL_SETUP, below). In Free and Table mode
-  // groups of 8 or more words a thread (two rows and up) run it as a loop two words a turn: a CTA sets up one or two groups, each at the
-  // instruction fetch's pace, and the rolled body took 3-4 us off r2w12's set-up on the H200
-  // (docs/perf-notes.md, fifteenth session). Prefill sets a group up for every piece, ~30 a CTA
-  // with the code warm after the first, and there the unrolled body's overlapped loads and
-  // selects win (r4w12 3-4% faster, r2w12 1-2%: sixteenth session): both bodies are built, the
-  // launch's mode picks.
+  // Converts a thread's words (the kernels without COL_SETUP, below). In Free and Table mode groups
+  // of 8 or more words a thread (two rows and up) run it as a loop two words a turn: a CTA sets up
+  // one or two groups, each at the instruction fetch's pace, and the rolled body took 3-4 us off
+  // r2w12's set-up on the H200 (docs/perf-notes.md, fifteenth session). Prefill sets a group up for
+  // every piece, ~30 a CTA with the code warm after the first, and there the unrolled body's
+  // overlapped loads and selects win (r4w12 3-4% faster, r2w12 1-2%: sixteenth session): both bodies
+  // are built, the launch's mode picks.
   static constexpr bool ROLL_SETUP = OPERAND_WORDS >= 8;
   template <bool ROLL>
   OPUS_DEV void setup_operand(bool fast, const uint32_t (&words)[OPERAND_WORDS]) {
