@@ -584,7 +584,9 @@ EDITS["persist"] = [
 # contiguous), their scale words and weights; r4w12's shared memory crosses a carve-out step
 # (192,000 + 18,448 bytes: L1 60 -> 28 KB), so the step's check is off. Exact. With persist
 # (persistqstage4) a CTA's later groups find their inputs in shared memory: what the set-up's
-# global round trip costs a Prefill group, apart from its code
+# global round trip costs a Prefill group, apart from its code. Refuted (fifty-second session,
+# H100: +3.0..+4.1% alone, the first group waiting on the stager; -0.6..-1.4% on persist's later
+# groups, the carve-out step ~1% of it)
 EDITS["qstage4"] = [
     ("  static constexpr bool QSTAGE = !SPLIT && R == 1 && H <= 64;\n",
      "  static constexpr bool QSTAGE = !SPLIT && R <= 4 && H <= 64;\n"),
@@ -593,24 +595,27 @@ EDITS["qstage4"] = [
 # ring3: a ring of three stages a consumer where there were four (two consumers: 768 keys, as
 # three consumers hold): 34,816 bytes less shared memory at r4w12, so qstage4ring3's staged
 # inputs leave it in its carve-out step (175,632 bytes). For the Prefill form, whose keys come
-# from L2, a shallower ring may cost little. Exact
+# from L2, a shallower ring may cost little. Exact. Fifty-second session (H100): r4w12 Prefill
+# -0.2..-0.3% (free there); qstage4ring3 +3.1..+3.7% (the stager's cost is not the step)
 EDITS["ring3"] = [("  static constexpr int STAGES = SPLIT ? 2 : (CONS == 3 ? 768 : 1024) / KEYS;\n",
                    "  static constexpr int STAGES = SPLIT ? 2 : 768 / KEYS;\n")]
 # colsetup (the query operand a column at a time where the keys are signed) landed in the
 # fifty-second session: kernel_sm90_i8.cuh's COL_SETUP (docs/perf-notes.md).
 # nocol: the set-up's word-at-a-time body again where COL_SETUP took it (the kernel before the
 # fifty-second session): what the column form is worth to a kernel the landing did not time (i8c's
-# r4w12 Prefill form, whose stage loop holds a register pair moved through local memory). Exact
-EDITS["nocol"] = [("  static constexpr bool COL_SETUP = KEY_SIGNED && !SPLIT && (TPC == 1 || TPC == 2 || TPC == 4);\n",
-                   "  static constexpr bool COL_SETUP = false && KEY_SIGNED && !SPLIT && (TPC == 1 || TPC == 2 || TPC == 4);\n")]
+# r4w12 Prefill form, whose stage loop holds a register pair moved through local memory). Exact.
+# Fifty-second session (H100): i8c r4w12 +10.5% / +7.3% / +2.3% at 4096 x 4096, the V4 fresh
+# prefill and a 16K chunk without the column form, r4w12 +12.1% / +8.6% / +1.3%
+_COL_SETUP = "  static constexpr bool COL_SETUP = KEY_SIGNED && !SPLIT && (TPC == 1 || TPC == 2 || TPC == 4);\n"
+EDITS["nocol"] = [(_COL_SETUP, _COL_SETUP.replace("= KEY_SIGNED", "= false && KEY_SIGNED"))]
 # colbias: the column form of the set-up (COL_SETUP) where the keys are biased too -- its bias
 # slice from the column's sum over its TPC threads (adjacent lanes, log2 TPC shuffles; the
 # word-at-a-time body sums each word over 16 lanes) written with one 8- or 16-byte store a
 # thread -- and from the staged words (QSTAGE: whole blocks from shared memory): r1w12 at 64 heads,
 # r2w12 at 32, r4w12 at 16 and 32, r8w12 at 16 join it. Exact (the same bytes at the same places).
+# Refuted (fifty-second session, H100: r1w12 +0..+2.2% at 1-64 sequences, i8c r1w12 within 0.4%)
 EDITS["colbias"] = [
-    ("  static constexpr bool COL_SETUP = KEY_SIGNED && !SPLIT && (TPC == 1 || TPC == 2 || TPC == 4);\n",
-     "  static constexpr bool COL_SETUP = !SPLIT && (TPC == 1 || TPC == 2 || TPC == 4);\n"),
+    (_COL_SETUP, _COL_SETUP.replace("= KEY_SIGNED && ", "= ")),
     ("(OPERAND_WORDS == 4 * BPT && !S::QSTAGE), \"a thread's words: its blocks\");\n",
      "OPERAND_WORDS == 4 * BPT, \"a thread's words: its blocks\");\n"),
     ("    const uint4* src = reinterpret_cast<const uint4*>(args.q + ((long long)r0 * H + n) * kHeadBytes) + b0;\n",

@@ -672,7 +672,7 @@ def test_sm90_kernels_compile_without_spills_on_their_mma():
     for k in kernels:
         what = f"{k['family']} r{k['rows']} H{k['heads']} w{k['warps']}" + (" (Prefill form)" if k.get("whole") else "")
         assert k["registers"] * k["warps"] * 32 * k["ctas"] <= 65536, f"{what}: launch bounds not met"
-        if k["family"] in ("i8", "i8u", "i8c", "i8uc", "i8w"):
+        if k["family"] in opus_instances.I8_FAMILIES:
             check_i8_kernel(k, what)
             continue
         # fold r1 H64 keeps a few words of per-piece state in local memory at the 4-CTA budget;

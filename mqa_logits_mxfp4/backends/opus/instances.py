@@ -174,6 +174,10 @@ def validated_on(arch: str, family: str) -> tuple[str, ...]:
 NON_CANONICAL = frozenset({"i8", "i8u", "i8w", "mxsc", "fp8fold"})
 
 
+# The families of the sm_90 wgmma body (kernel_sm90_i8.cuh: kernels.cu's SmBody picks it for these):
+# a stage takes its fast or canonical path as a whole.
+I8_FAMILIES = frozenset({"i8", "i8u", "i8c", "i8uc", "i8w"})
+
 # Families whose Table records end on their consumers' rounds (worksplit/rules.py's table_unit):
 # the i8 bodies that take Table mode (the union ones take Free only).
 ROUND_SPLIT_FAMILIES = frozenset({"i8", "i8c", "i8w"})
