@@ -869,12 +869,11 @@ struct I8Consumer {
   // consumer threads (among them r2w12 and r4w12 at 64 heads and r8w12 at 32, in every family but
   // the split body, and r1w12 and r2w12 at 128 heads), a thread loads its BPT whole blocks (one
   // 16-byte load each), reads the column's scale word once and stores each k-slice's run of its
-  // blocks' words with one 16-, 8- or 4-byte store for lo and one for hi: r4w12 4 loads and 8 stores
-  // a thread where the word-at-a-time body has 16 and 32; r4w12's Prefill kernel is 2,048 SASS
-  // instructions shorter (17,904 -> 15,856), both of its bodies' set-ups. A group's set-up runs cold
-  // (a Prefill CTA sets up one group), so its code's length is its time (measured:
-  // docs/opus-backend.md, "The i8 body"). The same body in every mode; words[4 * bi + j] is word j
-  // of block b0 + bi of the thread's column n.
+  // blocks' words with one 16-, 8- or 4-byte store for lo and one for hi: r4w12 4 loads and 8
+  // stores a thread where the word-at-a-time body has 16 and 32. A group's set-up runs cold (a
+  // Prefill CTA sets up one group), so its code's length is its time (measured:
+  // docs/opus-backend.md, "The i8 body"). The same body in every mode; words[4 * bi + j] is word
+  // j of block b0 + bi of the thread's column n.
   static constexpr int TPC = S::CT % S::N == 0 ? S::CT / S::N : 0;
   static constexpr bool COL_SETUP = KEY_SIGNED && !SPLIT && (TPC == 1 || TPC == 2 || TPC == 4);
   static constexpr int BPT = COL_SETUP ? 4 / TPC : 1;
