@@ -608,6 +608,35 @@ EDITS["ring3"] = [("  static constexpr int STAGES = SPLIT ? 2 : (CONS == 3 ? 768
 # prefill and a 16K chunk without the column form, r4w12 +12.1% / +8.6% / +1.3%
 _COL_SETUP = "  static constexpr bool COL_SETUP = KEY_SIGNED && !SPLIT && (TPC == 1 || TPC == 2 || TPC == 4);\n"
 EDITS["nocol"] = [(_COL_SETUP, _COL_SETUP.replace("= KEY_SIGNED", "= false && KEY_SIGNED"))]
+# wlds64: the fast weights in column order, a unit's read as NT 8-byte loads (the tree before
+# I8Shape::wslot, fifty-third session): the A/B of the 16-byte loads where the weights live in
+# shared memory (256 columns: r4 at 64 heads, r8 at 32, r2 at 128). Exact (the same values).
+# Fifty-fourth session (H100, against the landed W_VEC): r4w12 Prefill +0.2% / +0.1% / +1.0% at
+# 4096 x 4096, 16384 x 4096 (r4) and 4096 x 16384, i8c r4w12 +1.6..+2.2%, r4w12 Table (MTP 4)
+# +0.7..+1.8%, r2w12 within 0.4%.
+EDITS["wlds64"] = [("  static constexpr bool W_VEC = !W_IN_REGS && CONS == 2;\n", "  static constexpr bool W_VEC = false;\n")]
+# r4w16: r4 at 64 heads with three consumer warpgroups (id 18 at 16 warps): the column set-up
+# with its threads past the 256 columns idle (the group's 4,096 operand words do not split evenly
+# over 384 threads), the TPC rule moved above OPERAND_WORDS so a thread holds its four blocks. At
+# 160 registers a consumer (its Prefill stage loop: 22 local accesses); r1 and r2 gained 10-13%
+# from a third consumer. Exact. Refuted (fifty-fourth session, H100): Prefill +5.0% / +4.0% /
+# -0.9% at 4096 x 4096, 16384 x 4096 (r4), 4096 x 16384; Table (MTP 4) +5..+27%.
+_OPERAND_WORDS = "  static constexpr int OPERAND_WORDS = (S::N * 16 + S::CT - 1) / S::CT;  // a thread's words\n"
+_TPC = "  static constexpr int TPC = S::CT % S::N == 0 ? S::CT / S::N : 0;\n"
+_BPT = "  static constexpr int BPT = COL_SETUP ? 4 / TPC : 1;\n"
+_TPC_RAGGED = "  static constexpr int TPC = S::CT % S::N == 0 ? S::CT / S::N : S::N == 256 && S::CT > S::N ? 1 : 0;\n"
+EDITS["r4w16"] = [
+    ("registry.h", "  X(18, sm90_i8_r4w12,     sm90,   i8,   4, 12, 64, 4, 1, 0x7)                 \\\n",
+     "  X(18, sm90_i8_r4w12,     sm90,   i8,   4, 16, 64, 4, 1, 0x7)                 \\\n"),
+    (_OPERAND_WORDS, _TPC_RAGGED + _COL_SETUP + _BPT
+     + "  static constexpr int OPERAND_WORDS = COL_SETUP ? 4 * BPT : (S::N * 16 + S::CT - 1) / S::CT;\n"),
+    (_TPC + _COL_SETUP + _BPT, ""),
+    ("    const int n = ct / TPC, b0 = (ct % TPC) * BPT, row = r0 + n / H;\n",
+     "    const int n = imin(ct / TPC, S::N - 1), b0 = (ct % TPC) * BPT, row = ct < S::N * TPC ? r0 + n / H : r1;\n"),
+    ("    const int n = ct / TPC, b0 = (ct % TPC) * BPT;\n    const uint32_t qs = sm.qscale[n];\n",
+     "    if (ct >= S::N * TPC) return;  // warp-uniform: the threads past the columns\n"
+     "    const int n = ct / TPC, b0 = (ct % TPC) * BPT;\n    const uint32_t qs = sm.qscale[n];\n"),
+]
 # colbias: the column form of the set-up (COL_SETUP) where the keys are biased too -- its bias
 # slice from the column's sum over its TPC threads (adjacent lanes, log2 TPC shuffles; the
 # word-at-a-time body sums each word over 16 lanes) written with one 8- or 16-byte store a
@@ -1546,7 +1575,7 @@ EDITS["tailclaim64"] = _tailclaim(64)
 # written from it before the wgmma fence (init_acc), and the four k-slices accumulate onto it
 # (four wgmma a chunk). Exact: the same integers in the same s32 sum. The two forms differ in
 # where the starts live: _accinit's arguments.
-_WFAST = "  float wfast[S::N];                  // fast path: w' = w * 2^(qmin - 127), then scaled (scale_weights; 0 for dead rows)\n"
+_WFAST = "  alignas(16) float wfast[S::WFAST];  // column n at S::wslot(n); fast path: w' = w * 2^(qmin - 127), then scaled (scale_weights; 0 for dead rows)\n"
 _BIAS_COLUMN = "        bias_column(n, idx & 15, qsum);\n"
 
 

@@ -120,8 +120,23 @@ struct I8Shape {
   // wrong). With three consumers (160 registers) 128 columns spill inside the stage loops, and
   // 256 columns never fit: those read their weights from shared memory, before each unit's wait.
   static constexpr bool W_IN_REGS = N <= 64 || (N <= 128 && CONS <= 2);
+  // W_VEC: where the weights live in shared memory and two consumers share the registers, column
+  // n's fast weight sits at wslot(n): chunk by chunk, a quad lane t's columns 8i + 2t + e (i < NT)
+  // side by side in its order, read as 16-byte vectors (a unit's weights in NT / 2 loads, not
+  // NT); at NT = 8 a lane's 16 floats are padded to 20, so the four lanes of a quarter warp read
+  // four different bank groups. Elsewhere column order, read in pairs (three consumers at 160
+  // registers: the vectors' registers put more of r2w16's stage loop in local memory). Measured:
+  // docs/opus-backend.md, "The i8 body".
+  static constexpr bool W_VEC = !W_IN_REGS && CONS == 2;
+  static constexpr int WLANE = 2 * NT + (NT == 8 ? 4 : 0);
+  static constexpr int WFAST = W_VEC ? CHUNKS * 4 * WLANE : N;
+  static constexpr OPUS_HD int wslot(int n) {
+    const int c = n % NC;
+    return W_VEC ? n / NC * 4 * WLANE + c % 8 / 2 * WLANE + 2 * (c / 8) + c % 2 : n;
+  }
   static_assert(H % 16 == 0 && H <= 128 && N <= 256, "heads 16..128, rows x heads <= 256");
   static_assert(H <= NC || H == 2 * NC, "a row spans at most two chunks");
+  static_assert(!W_VEC || NT % 2 == 0, "W_VEC: a lane's weights of a chunk in whole 16-byte vectors");
   static_assert(CONS >= 1 && CONS <= 3, "one producer warp a consumer warpgroup");
   // The fast stage's form, chosen per kernel on the H200 (docs/perf-notes.md, twelfth session;
   // ptxas lays each kernel out differently, and these moved the time more than their
@@ -236,7 +251,7 @@ struct I8Smem {
   // block j; lane t holds word t of each block). Slice 4 (fast groups): the key bias's
   // correction, against the constant key operand bias_operand() names.
   alignas(128) uint8_t qb[(kScaleBlocks + 1) * S::N * 32];
-  float wfast[S::N];                  // fast path: w' = w * 2^(qmin - 127), then scaled (scale_weights; 0 for dead rows)
+  alignas(16) float wfast[S::WFAST];  // column n at S::wslot(n); fast path: w' = w * 2^(qmin - 127), then scaled (scale_weights; 0 for dead rows)
   float w[S::N];                      // canonical path: the weight
   float sq[kScaleBlocks][S::N];       // 2^(eq_b - 127)
   float uq[kScaleBlocks][S::N];       // 2^-(shift_b + 2): back from the operand's integers to E2M1
@@ -699,7 +714,7 @@ struct I8Consumer {
       }
       sm.qscale[n] = qs;
       sm.w[n] = wv;
-      sm.wfast[n] = wf;  // scaled by the group's exponent once it is known (scale_weights)
+      sm.wfast[S::wslot(n)] = wf;  // scaled by the group's exponent once it is known (scale_weights)
 #pragma unroll
       for (int b = 0; b < kScaleBlocks; ++b) sm.sq[b][n] = e8m0_to_f32(uint32_t(byte_of(qs, b)));
     }
@@ -717,8 +732,8 @@ struct I8Consumer {
     const int shift = S::RELU_ALU ? 127 - g : 22;
 #pragma unroll 1
     for (int n = ct; n < S::N; n += S::CT) {
-      const float w = sm.wfast[n];
-      sm.wfast[n] = w == 0.0f ? 0.0f : __int_as_float(__float_as_int(w) + (shift << 23));
+      float& w = sm.wfast[S::wslot(n)];
+      w = w == 0.0f ? 0.0f : __int_as_float(__float_as_int(w) + (shift << 23));
     }
     gscale = __int_as_float((127 + g + 22) << 23);
   }
@@ -1181,12 +1196,24 @@ struct I8Consumer {
   // after it; that moved where the warps wait more than how long (r2w16 -1.5%, others unchanged:
   // docs/perf-notes.md, ninth session).
   OPUS_DEV void unit_weights(int ch, float (&wv)[S::NT][2]) const {
+    if constexpr (S::W_IN_REGS) {
 #pragma unroll
-    for (int i = 0; i < S::NT; ++i) {
-      if constexpr (S::W_IN_REGS) {
+      for (int i = 0; i < S::NT; ++i) {
         wv[i][0] = wreg[(ch * S::NT + i) * 2];
         wv[i][1] = wreg[(ch * S::NT + i) * 2 + 1];
-      } else {
+      }
+    } else if constexpr (S::W_VEC) {
+#pragma unroll
+      for (int v = 0; v < S::NT / 2; ++v) {
+        const float4 w4 = *reinterpret_cast<const float4*>(&sm.wfast[ch * 4 * S::WLANE + t * S::WLANE + 4 * v]);
+        wv[2 * v][0] = w4.x;
+        wv[2 * v][1] = w4.y;
+        wv[2 * v + 1][0] = w4.z;
+        wv[2 * v + 1][1] = w4.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < S::NT; ++i) {
         const float2 w2 = *reinterpret_cast<const float2*>(&sm.wfast[ch * S::NC + 8 * i + 2 * t]);
         wv[i][0] = w2.x;
         wv[i][1] = w2.y;
