@@ -145,7 +145,9 @@ _TIMED_STAGE_TOP = _STAGE_TOP.replace("    mbar_wait", "    const long long w0 =
 
 EDITS = {
     # the epilogue's float work as integer multiply-adds on the same bits (wrong logits; what the
-    # FP32 instructions' collisions with the tensor core cost): one IMAD a cell, or two
+    # FP32 instructions' collisions with the tensor core cost): one IMAD a cell, or two. Fifty-fourth
+    # session, r4w12's Prefill form on the H100: iepi2 +8.2..+8.6%, iepi1 -1.7..-1.9% (IMAD takes two
+    # FMA-pipe cycles; noepi -24..-28%, nomma -28..-32%)
     "iepi1": [("        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = fmaf(relu_cell(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);\n",
                "        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = __int_as_float(ac[4 * i + 2 * kk + e] * __float_as_int(wv[i][e]) + __float_as_int(part[lr][kk][e]));\n")],
     "iepi2": [("        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = fmaf(relu_cell(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);\n",
@@ -723,6 +725,31 @@ EDITS["skipblocks"] = [
      "      }\n"
      "      if (ch == 0) {\n        const uint32_t off = pick(offsets, mb >> 1);\n"),
 ]
+
+# epifirst: each unit's epilogue (the wait for unit u - 1, its sums) before unit u's wgmma is
+# issued, not under it: a warp issues in order, so CUDA-core work placed behind a wgmma that waits
+# for the tensor core's queue waits with it (the thirteenth session's ping-pong probe); with the
+# epilogue first a warpgroup's own tensor work no longer overlaps its epilogue, and the other
+# consumers' wgmma run under it instead (FA3's ping-pong without the turns). Exact. Refuted
+# (fifty-fourth session, H100): r4w12 Prefill +2.3..+3.1%, Table +2.2..+3.8% at four rows,
+# r2w12 +0.7%, r1w16 -0.1%, r1w12 +1.8%.
+_EPI_UNDER = ("      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n"
+              "      if (u > 0) {\n        float wv[S::NT][2];\n        unit_weights((u - 1) % S::CHUNKS, wv);\n"
+              "        retired<1>(acc[(u - 1) & 1]);\n        pending = unit_rows(u - 1, wv, pend);\n        pend_u = u - 1;\n      }\n")
+EDITS["epifirst"] = [(_EPI_UNDER,
+                      "      if (u > 0) {\n        float wv[S::NT][2];\n        unit_weights((u - 1) % S::CHUNKS, wv);\n"
+                      "        retired<0>(acc[(u - 1) & 1]);\n        pending = unit_rows(u - 1, wv, pend);\n        pend_u = u - 1;\n      }\n"
+                      "      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n")]
+
+# halfalu: the relu of every even-head cell as the max on the accumulator's bits (FMNMX, the ALU
+# pipe) and of the odd ones as the saturating multiply (the FMA pipe): whether sharing the
+# epilogue's relus between the two pipes shortens a stage where the FP32 work sets the pace.
+# Timing only (the even cells' products at the wrong power of two).
+EDITS["halfalu"] = [(
+    "          part[lr][kk][e] = fmaf(relu_cell(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);\n",
+    "          {\n            float y = relu_cell(ac[4 * i + 2 * kk + e]);\n"
+    "            if (e == 0) asm(\"max.f32 %0, %1, 0f00000000;\" : \"=f\"(y) : \"f\"(__int_as_float(ac[4 * i + 2 * kk + e])));\n"
+    "            part[lr][kk][e] = fmaf(y, wv[i][e], part[lr][kk][e]);\n          }\n")]
 
 # no weight-spread term in the fast rule (only the max relu needs it: with relusat, the simpler
 # tree; alone, wrong bits for groups spanning more than 104 binades, which the harness has none of)
