@@ -751,6 +751,21 @@ EDITS["halfalu"] = [(
     "            if (e == 0) asm(\"max.f32 %0, %1, 0f00000000;\" : \"=f\"(y) : \"f\"(__int_as_float(ac[4 * i + 2 * kk + e])));\n"
     "            part[lr][kk][e] = fmaf(y, wv[i][e], part[lr][kk][e]);\n          }\n")]
 
+# relumix: halfalu made exact -- the odd-head cells' weights carry 2^-G (not 2^22), so their
+# saturating products I * 2^-22 * w' * 2^-G sit at the max form's scale, I * w' * 2^-(G + 22), and
+# every fast group's sums take gscale back at the store (the float32 consumers of the fused bodies
+# with several chunks; the canonical and one-chunk forms unchanged). Exact to the tolerance, as
+# the max form is (the same products, kI8WeightSpread keeping them normal).
+EDITS["relumix"] = EDITS["halfalu"] + [
+    ("    const int shift = S::RELU_ALU ? 127 - g : 22;\n#pragma unroll 1\n    for (int n = ct; n < S::N; n += S::CT) {\n"
+     "      float& w = sm.wfast[S::wslot(n)];\n      w = w == 0.0f ? 0.0f : __int_as_float(__float_as_int(w) + (shift << 23));\n",
+     "    const int shift = S::RELU_ALU ? 127 - g : 22;\n#pragma unroll 1\n    for (int n = ct; n < S::N; n += S::CT) {\n"
+     "      float& w = sm.wfast[S::wslot(n)];\n      const int sh = CANON || S::RELU_ALU ? shift : (n & 1) ? -g : 127 - g;  // relumix\n"
+     "      w = w == 0.0f ? 0.0f : __int_as_float(__float_as_int(w) + (sh << 23));\n"),
+    ("    if constexpr (S::RELU_ALU) v = fmul_rn(v, gscale);\n", "    if constexpr (S::RELU_ALU || !CANON) v = fmul_rn(v, gscale);\n"),
+    ("        if constexpr (S::RELU_ALU) h[i] = fmul_rn(h[i], gscale);\n", "        h[i] = fmul_rn(h[i], gscale);  // relumix: RS2 is never CANON\n"),
+]
+
 # no weight-spread term in the fast rule (only the max relu needs it: with relusat, the simpler
 # tree; alone, wrong bits for groups spanning more than 104 binades, which the harness has none of)
 EDITS["nospread"] = [("    const bool fast = cols_fast && wexp_g - wlo_g <= kI8WeightSpread;  // uniform\n",
