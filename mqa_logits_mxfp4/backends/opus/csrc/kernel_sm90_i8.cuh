@@ -1205,7 +1205,7 @@ struct I8Consumer {
     } else if constexpr (S::W_VEC) {
 #pragma unroll
       for (int v = 0; v < S::NT / 2; ++v) {
-        const float4 w4 = *reinterpret_cast<const float4*>(&sm.wfast[ch * 4 * S::WLANE + t * S::WLANE + 4 * v]);
+        const float4 w4 = *reinterpret_cast<const float4*>(&sm.wfast[S::wslot(ch * S::NC + 16 * v + 2 * t)]);  // columns 16v + 2t + (0, 1, 8, 9)
         wv[2 * v][0] = w4.x;
         wv[2 * v][1] = w4.y;
         wv[2 * v + 1][0] = w4.z;
