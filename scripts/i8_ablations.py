@@ -766,7 +766,7 @@ EDITS["relumix"] = EDITS["halfalu"] + [
     ("        if constexpr (S::RELU_ALU) h[i] = fmul_rn(h[i], gscale);\n", "        h[i] = fmul_rn(h[i], gscale);  // relumix: RS2 is never CANON\n"),
 ]
 
-# mbahead: the next M block's inputs read one unit ahead -- in the last unit of M block ml (after
+# nextmbtab: the next M block's inputs read one unit ahead -- in the last unit of M block ml (after
 # its wgmma is issued, before the wait for the unit before it and that unit's epilogue), the
 # offsets' shuffles, the store factor and the raw key bytes of M block ml + 1, and its two
 # conversion tables; M block ml + 1's first unit then converts at once. ncu on r4w12's Prefill
@@ -775,7 +775,7 @@ EDITS["relumix"] = EDITS["halfalu"] + [
 # samples, most of them cycles the SMSP issued nothing) and not on the tensor core. The span's
 # first M block keeps today's order; the ring slot is still released at the last M block's first
 # unit, after its read (now a unit earlier). Costs registers across one epilogue (raw 8, tables 8,
-# shifts 2). rawahead: the same without the tables (read at the conversion, their address ready).
+# shifts 2). nextmb: the same without the tables (read at the conversion, their address ready).
 _MB_TOP = ("      if (ch == 0) {\n        const uint32_t off = pick(offsets, mb >> 1);\n        int d[2];\n#pragma unroll\n"
            "        for (int k = 0; k < 2; ++k)  // block t's offset: 0..2 on every scored key\n"
            "          d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;\n"
@@ -783,12 +783,12 @@ _MB_TOP = ("      if (ch == 0) {\n        const uint32_t off = pick(offsets, mb 
            "        if (mb > 0) load_raw(raw_base, mb, raw);  // M block 0's bytes came with the vote\n"
            "        if (mb == S::MB - 1) release(empty);  // the stage's last read\n"
            "        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n      }\n")
-_MB_NEXT = ("      if (ch == S::CHUNKS - 1 && ml + 1 < SPAN) {  // mbahead: M block mb + 1's inputs\n"
+_MB_NEXT = ("      if (ch == S::CHUNKS - 1 && ml + 1 < SPAN) {  // nextmb: M block mb + 1's inputs\n"
             "        const uint32_t off = pick(offsets, (mb + 1) >> 1);\n#pragma unroll\n"
             "        for (int k = 0; k < 2; ++k) dn[k] = int(quad_get(off, judge(ml + 1, k)) >> (8 * t)) & 3;\n"
             "        scale[(ml + 1) & 1] = quad_get(pick(factor, (mb + 1) >> 1), judge(ml + 1, t & 1));\n"
             "        load_raw(raw_base, mb + 1, raw);\n{TABLES}      }\n")
-def _mbahead(tables: bool) -> list:
+def _nextmb(tables: bool) -> list:
     top = ("      if (ch == 0) {\n        int d[2];\n        if (ml == 0) {  // the span's first M block: its inputs here\n"
            "          const uint32_t off = pick(offsets, mb >> 1);\n#pragma unroll\n"
            "          for (int k = 0; k < 2; ++k) d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;\n"
@@ -805,7 +805,7 @@ def _mbahead(tables: bool) -> list:
                                        "        tn[1] = KEY_SIGNED ? sm.tables[dn[1]] : sm.ktables[dn[1]];\n" if tables else "")
     edits = [
         ("    bool pending = false;  // a compile-time fact of each unrolled unit\n",
-         "    bool pending = false;  // a compile-time fact of each unrolled unit\n    int dn[2] = {0, 0};  // mbahead\n"
+         "    bool pending = false;  // a compile-time fact of each unrolled unit\n    int dn[2] = {0, 0};  // nextmb\n"
          + ("    I8Table tn[2];\n" if tables else "")),
         (_MB_TOP, top),
         ("      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n      if (u > 0) {\n",
@@ -815,15 +815,15 @@ def _mbahead(tables: bool) -> list:
         edits.append((
             "  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1\n",
             "  OPUS_DEV void convert_fast_t(const uint4& raw0, const uint4& raw1, const I8Table& t0, const I8Table& t1,\n"
-            "                              uint32_t (&a)[4][4]) const {  // mbahead: the tables read a unit ahead\n"
+            "                              uint32_t (&a)[4][4]) const {  // nextmbtab: the tables read a unit ahead\n"
             "    const uint32_t w0[4] = {raw0.x, raw0.y, raw0.z, raw0.w}, w1[4] = {raw1.x, raw1.y, raw1.z, raw1.w};\n#pragma unroll\n"
             "    for (int j = 0; j < 4; ++j) {\n      if constexpr (KEY_SIGNED) {\n        i8_word(w0[j], t0, a[j][0], a[j][2]);\n"
             "        i8_word(w1[j], t1, a[j][1], a[j][3]);\n      } else {\n        i8_key_word(w0[j], t0, ones, a[j][0], a[j][2]);\n"
             "        i8_key_word(w1[j], t1, ones, a[j][1], a[j][3]);\n      }\n    }\n  }\n"
             "  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1\n"))
     return edits
-EDITS["mbahead"] = _mbahead(True)
-EDITS["rawahead"] = _mbahead(False)
+EDITS["nextmbtab"] = _nextmb(True)
+EDITS["nextmb"] = _nextmb(False)
 
 # no weight-spread term in the fast rule (only the max relu needs it: with relusat, the simpler
 # tree; alone, wrong bits for groups spanning more than 104 binades, which the harness has none of)
