@@ -825,6 +825,51 @@ def _nextmb(tables: bool) -> list:
 EDITS["nextmbtab"] = _nextmb(True)
 EDITS["nextmb"] = _nextmb(False)
 
+# spreadconv: the next M block's conversion spread over the current one's units -- its offsets'
+# shuffles, raw bytes and two tables read at the M block's first unit, and in each unit, after
+# the wait for the unit before it, 4 / CHUNKS of its k-slices converted (r4w12: one a unit; the
+# one-chunk kernels convert all four a unit ahead), so the ALU pipe's conversion burst (~470
+# instructions a warp a stage at two cycles each, in four bursts with both warps of an SMSP in
+# them at once; ncu, fifty-fifth session: its fixed-latency waits and math-pipe throttles are the
+# stage loop's largest cause of idle issue slots) runs beside each unit's FP32 epilogue instead.
+# afr[(ml + 1) & 1] last fed M block ml - 1, whose last unit has retired by the first write. The
+# span's first M block converts whole, as today. Costs registers across an M block (raw 8,
+# tables 8).
+_SPREAD_TOP = ("      if (ch == 0) {\n        if (ml == 0) {  // spreadconv: the span's first M block, whole\n"
+               "          const uint32_t off = pick(offsets, mb >> 1);\n          int d[2];\n#pragma unroll\n"
+               "          for (int k = 0; k < 2; ++k) d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;\n"
+               "          if (mb > 0) load_raw(raw_base, mb, raw);\n"
+               "          if (mb == S::MB - 1) release(empty);\n"
+               "          convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n"
+               "        } else if (mb == S::MB - 1) {\n          release(empty);  // its bytes were read an M block ago\n        }\n"
+               "        scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));  // the key this lane stores\n"
+               "        if (ml + 1 < SPAN) {  // M block ml + 1's inputs, converted a slice a unit below\n"
+               "          const uint32_t off = pick(offsets, (mb + 1) >> 1);\n          int dn[2];\n#pragma unroll\n"
+               "          for (int k = 0; k < 2; ++k) dn[k] = int(quad_get(off, judge(ml + 1, k)) >> (8 * t)) & 3;\n"
+               "          load_raw(raw_base, mb + 1, raw);\n"
+               "          tn[0] = KEY_SIGNED ? sm.tables[dn[0]] : sm.ktables[dn[0]];\n"
+               "          tn[1] = KEY_SIGNED ? sm.tables[dn[1]] : sm.ktables[dn[1]];\n        }\n      }\n")
+_UNIT_WAIT = ("      wgmma_commit();\n      if (u > 0) {\n        float wv[S::NT][2];\n        unit_weights((u - 1) % S::CHUNKS, wv);\n"
+              "        retired<1>(acc[(u - 1) & 1]);\n        pending = unit_rows(u - 1, wv, pend);\n        pend_u = u - 1;\n      }\n")
+_SPREAD_TAIL = (_UNIT_WAIT +
+                "      if (ml + 1 < SPAN) {  // spreadconv: M block ml + 1's k-slices of this unit\n"
+                "        constexpr int PER = S::CHUNKS >= 4 ? 1 : 4 / S::CHUNKS;\n#pragma unroll\n"
+                "        for (int j = ch * PER; j < ch * PER + PER; ++j)\n"
+                "          if (j < 4) convert_slice(raw, tn, j, afr[(ml + 1) & 1]);\n      }\n")
+EDITS["spreadconv"] = [
+    ("    bool pending = false;  // a compile-time fact of each unrolled unit\n",
+     "    bool pending = false;  // a compile-time fact of each unrolled unit\n    I8Table tn[2];  // spreadconv\n"),
+    (_MB_TOP, _SPREAD_TOP),
+    (_UNIT_WAIT, _SPREAD_TAIL),
+    ("  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1\n",
+     "  OPUS_DEV void convert_slice(const uint4 (&raw)[2], const I8Table (&tb)[2], int j, uint32_t (&a)[4][4]) const {\n"
+     "    const uint32_t w0[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w}, w1[4] = {raw[1].x, raw[1].y, raw[1].z, raw[1].w};\n"
+     "    if constexpr (KEY_SIGNED) {  // spreadconv: k-slice j of the key operand\n"
+     "      i8_word(w0[j], tb[0], a[j][0], a[j][2]);\n      i8_word(w1[j], tb[1], a[j][1], a[j][3]);\n"
+     "    } else {\n      i8_key_word(w0[j], tb[0], ones, a[j][0], a[j][2]);\n      i8_key_word(w1[j], tb[1], ones, a[j][1], a[j][3]);\n    }\n  }\n"
+     "  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1\n"),
+]
+
 # no weight-spread term in the fast rule (only the max relu needs it: with relusat, the simpler
 # tree; alone, wrong bits for groups spanning more than 104 binades, which the harness has none of)
 EDITS["nospread"] = [("    const bool fast = cols_fast && wexp_g - wlo_g <= kI8WeightSpread;  // uniform\n",
