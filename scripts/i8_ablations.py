@@ -780,29 +780,43 @@ _MB_TOP = ("      if (ch == 0) {\n        const uint32_t off = pick(offsets, mb 
            "        for (int k = 0; k < 2; ++k)  // block t's offset: 0..2 on every scored key\n"
            "          d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;\n"
            "        scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));  // the key this lane stores\n"
-           "        if (mb > 0) load_raw(raw_base, mb, raw);  // M block 0's bytes came with the vote\n"
-           "        if (mb == S::MB - 1) release(empty);  // the stage's last read\n"
-           "        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n      }\n")
-_MB_NEXT = ("      if (ch == S::CHUNKS - 1 && ml + 1 < SPAN) {  // nextmb: M block mb + 1's inputs\n"
-            "        const uint32_t off = pick(offsets, (mb + 1) >> 1);\n#pragma unroll\n"
-            "        for (int k = 0; k < 2; ++k) dn[k] = int(quad_get(off, judge(ml + 1, k)) >> (8 * t)) & 3;\n"
-            "        scale[(ml + 1) & 1] = quad_get(pick(factor, (mb + 1) >> 1), judge(ml + 1, t & 1));\n"
-            "        load_raw(raw_base, mb + 1, raw);\n{TABLES}      }\n")
+           + _RAW_NOW + _RELEASE_CONVERT + "      }\n")
+
+
+def _block_inputs(pad: str, nxt: bool, tables: bool, scale: bool) -> str:
+    """Source lines that read M block ml (nxt: ml + 1) of the span's inputs: its shifts into d (dn),
+    its store factor, its raw bytes and, with tables, its two conversion tables into tn."""
+    m, b, v = ("ml + 1", "mb + 1", "dn") if nxt else ("ml", "mb", "d")
+    out = (f"{pad}const uint32_t off = pick(offsets, ({b}) >> 1);\n#pragma unroll\n"
+           f"{pad}for (int k = 0; k < 2; ++k) {v}[k] = int(quad_get(off, judge({m}, k)) >> (8 * t)) & 3;\n")
+    if scale:
+        out += f"{pad}scale[({m}) & 1] = quad_get(pick(factor, ({b}) >> 1), judge({m}, t & 1));\n"
+    out += f"{pad}load_raw(raw_base, {b}, raw);\n" if nxt else f"{pad}if (mb > 0) load_raw(raw_base, mb, raw);\n"
+    if tables:
+        out += "".join(f"{pad}tn[{i}] = KEY_SIGNED ? sm.tables[{v}[{i}]] : sm.ktables[{v}[{i}]];\n" for i in range(2))
+    return out
+
+
+# k-slice j of a key operand from raw bytes and two tables already read (nextmbtab, spreadconv)
+_SLICE_FN = ("  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1\n",
+             "  OPUS_DEV void convert_slice(const uint4 (&raw)[2], const I8Table (&tb)[2], int j, uint32_t (&a)[4][4]) const {\n"
+             "    const uint32_t w0[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w}, w1[4] = {raw[1].x, raw[1].y, raw[1].z, raw[1].w};\n"
+             "    if constexpr (KEY_SIGNED) {\n"
+             "      i8_word(w0[j], tb[0], a[j][0], a[j][2]);\n      i8_word(w1[j], tb[1], a[j][1], a[j][3]);\n"
+             "    } else {\n      i8_key_word(w0[j], tb[0], ones, a[j][0], a[j][2]);\n      i8_key_word(w1[j], tb[1], ones, a[j][1], a[j][3]);\n    }\n  }\n"
+             "  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1\n")
+
+
 def _nextmb(tables: bool) -> list:
+    convert = ("#pragma unroll\n        for (int j = 0; j < 4; ++j) convert_slice(raw, tn, j, afr[ml & 1]);\n" if tables
+               else "        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n")
     top = ("      if (ch == 0) {\n        int d[2];\n        if (ml == 0) {  // the span's first M block: its inputs here\n"
-           "          const uint32_t off = pick(offsets, mb >> 1);\n#pragma unroll\n"
-           "          for (int k = 0; k < 2; ++k) d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;\n"
-           "          scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));\n"
-           "          if (mb > 0) load_raw(raw_base, mb, raw);\n"
-           + ("          tn[0] = KEY_SIGNED ? sm.tables[d[0]] : sm.ktables[d[0]];\n"
-              "          tn[1] = KEY_SIGNED ? sm.tables[d[1]] : sm.ktables[d[1]];\n" if tables else "")
+           + _block_inputs("          ", False, tables, True)
            + "        } else {\n          d[0] = dn[0];\n          d[1] = dn[1];\n        }\n"
            "        if (mb == S::MB - 1) release(empty);  // the stage's last read (a unit ago, or just above)\n"
-           + ("        convert_fast_t(raw[0], raw[1], tn[0], tn[1], afr[ml & 1]);\n" if tables
-              else "        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n")
-           + "      }\n")
-    nxt = _MB_NEXT.replace("{TABLES}", "        tn[0] = KEY_SIGNED ? sm.tables[dn[0]] : sm.ktables[dn[0]];\n"
-                                       "        tn[1] = KEY_SIGNED ? sm.tables[dn[1]] : sm.ktables[dn[1]];\n" if tables else "")
+           + convert + "      }\n")
+    nxt = ("      if (ch == S::CHUNKS - 1 && ml + 1 < SPAN) {  // nextmb: M block mb + 1's inputs\n"
+           + _block_inputs("        ", True, tables, True) + "      }\n")
     edits = [
         ("    bool pending = false;  // a compile-time fact of each unrolled unit\n",
          "    bool pending = false;  // a compile-time fact of each unrolled unit\n    int dn[2] = {0, 0};  // nextmb\n"
@@ -811,17 +825,7 @@ def _nextmb(tables: bool) -> list:
         ("      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n      if (u > 0) {\n",
          "      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n" + nxt + "      if (u > 0) {\n"),
     ]
-    if tables:
-        edits.append((
-            "  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1\n",
-            "  OPUS_DEV void convert_fast_t(const uint4& raw0, const uint4& raw1, const I8Table& t0, const I8Table& t1,\n"
-            "                              uint32_t (&a)[4][4]) const {  // nextmbtab: the tables read a unit ahead\n"
-            "    const uint32_t w0[4] = {raw0.x, raw0.y, raw0.z, raw0.w}, w1[4] = {raw1.x, raw1.y, raw1.z, raw1.w};\n#pragma unroll\n"
-            "    for (int j = 0; j < 4; ++j) {\n      if constexpr (KEY_SIGNED) {\n        i8_word(w0[j], t0, a[j][0], a[j][2]);\n"
-            "        i8_word(w1[j], t1, a[j][1], a[j][3]);\n      } else {\n        i8_key_word(w0[j], t0, ones, a[j][0], a[j][2]);\n"
-            "        i8_key_word(w1[j], t1, ones, a[j][1], a[j][3]);\n      }\n    }\n  }\n"
-            "  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1\n"))
-    return edits
+    return edits + ([_SLICE_FN] if tables else [])
 EDITS["nextmbtab"] = _nextmb(True)
 EDITS["nextmb"] = _nextmb(False)
 
@@ -836,19 +840,13 @@ EDITS["nextmb"] = _nextmb(False)
 # span's first M block converts whole, as today. Costs registers across an M block (raw 8,
 # tables 8).
 _SPREAD_TOP = ("      if (ch == 0) {\n        if (ml == 0) {  // spreadconv: the span's first M block, whole\n"
-               "          const uint32_t off = pick(offsets, mb >> 1);\n          int d[2];\n#pragma unroll\n"
-               "          for (int k = 0; k < 2; ++k) d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;\n"
-               "          if (mb > 0) load_raw(raw_base, mb, raw);\n"
-               "          if (mb == S::MB - 1) release(empty);\n"
+               "          int d[2];\n" + _block_inputs("          ", False, False, False)
+               + "          if (mb == S::MB - 1) release(empty);\n"
                "          convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n"
                "        } else if (mb == S::MB - 1) {\n          release(empty);  // its bytes were read an M block ago\n        }\n"
                "        scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));  // the key this lane stores\n"
                "        if (ml + 1 < SPAN) {  // M block ml + 1's inputs, converted a slice a unit below\n"
-               "          const uint32_t off = pick(offsets, (mb + 1) >> 1);\n          int dn[2];\n#pragma unroll\n"
-               "          for (int k = 0; k < 2; ++k) dn[k] = int(quad_get(off, judge(ml + 1, k)) >> (8 * t)) & 3;\n"
-               "          load_raw(raw_base, mb + 1, raw);\n"
-               "          tn[0] = KEY_SIGNED ? sm.tables[dn[0]] : sm.ktables[dn[0]];\n"
-               "          tn[1] = KEY_SIGNED ? sm.tables[dn[1]] : sm.ktables[dn[1]];\n        }\n      }\n")
+               "          int dn[2];\n" + _block_inputs("          ", True, True, False) + "        }\n      }\n")
 _UNIT_WAIT = ("      wgmma_commit();\n      if (u > 0) {\n        float wv[S::NT][2];\n        unit_weights((u - 1) % S::CHUNKS, wv);\n"
               "        retired<1>(acc[(u - 1) & 1]);\n        pending = unit_rows(u - 1, wv, pend);\n        pend_u = u - 1;\n      }\n")
 _SPREAD_TAIL = (_UNIT_WAIT +
@@ -861,13 +859,7 @@ EDITS["spreadconv"] = [
      "    bool pending = false;  // a compile-time fact of each unrolled unit\n    I8Table tn[2];  // spreadconv\n"),
     (_MB_TOP, _SPREAD_TOP),
     (_UNIT_WAIT, _SPREAD_TAIL),
-    ("  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1\n",
-     "  OPUS_DEV void convert_slice(const uint4 (&raw)[2], const I8Table (&tb)[2], int j, uint32_t (&a)[4][4]) const {\n"
-     "    const uint32_t w0[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w}, w1[4] = {raw[1].x, raw[1].y, raw[1].z, raw[1].w};\n"
-     "    if constexpr (KEY_SIGNED) {  // spreadconv: k-slice j of the key operand\n"
-     "      i8_word(w0[j], tb[0], a[j][0], a[j][2]);\n      i8_word(w1[j], tb[1], a[j][1], a[j][3]);\n"
-     "    } else {\n      i8_key_word(w0[j], tb[0], ones, a[j][0], a[j][2]);\n      i8_key_word(w1[j], tb[1], ones, a[j][1], a[j][3]);\n    }\n  }\n"
-     "  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1\n"),
+    _SLICE_FN,
 ]
 
 # no weight-spread term in the fast rule (only the max relu needs it: with relusat, the simpler
