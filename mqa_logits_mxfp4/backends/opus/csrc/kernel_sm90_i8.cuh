@@ -561,7 +561,7 @@ struct I8Consumer {
   // group's keys [vbeg, vend) (they vote), khi, the rows' windows.
   int khi = 0;   // a key's largest byte on a fast tile is at most this (0: the group never is fast)
   // KEY_SIGNED: the fast path's keys as signed bytes through the query's tables at the keys'
-  // shifts (convert_signed: two ALU instructions a word more than the biased form) against the
+  // shifts (i8_word in convert_fast: two ALU instructions a word more than the biased form) against the
   // four k-slices alone (mma_chunk: no bias slice, a fifth of a chunk's wgmma) -- the same exact
   // integers -- and a set-up that builds no bias slice. Where one conversion feeds four chunks the
   // wgmma saved outweigh the ALU: r4w12 at 64 heads 2-4% faster, r8w12 at 32 heads 4-7% (its union
@@ -723,9 +723,10 @@ struct I8Consumer {
 
   // The fast epilogue's weights for the group's largest |w'| exponent G (-127: no nonzero weight),
   // in each thread's columns of setup_columns: w' * 2^(127 - G) for relu_cell's max form
-  // (RELU_ALU), w' * 2^22 for its multiply -- the exponent field moved, exact (a fast group's
-  // nonzero |w'| are normal numbers with exponents in [kI8WExpLo, kI8WExpHi]). gscale = 2^(G + 22)
-  // takes the max form's head sums back at the store.
+  // (RELU_ALU), w' * 2^22 for its multiply, and under RELU_MIX the odd heads' w' * 2^-G -- the
+  // exponent field moved, exact (a fast group's nonzero |w'| are normal numbers with exponents in
+  // [kI8WExpLo, kI8WExpHi], within kI8WeightSpread of G). gscale = 2^(G + 22) takes the max form's
+  // and RELU_MIX's head sums back at the store (GSCALE).
   float gscale = 1.0f;
   OPUS_DEV void scale_weights(int wexp_g) {
     const int g = wexp_g < kI8WExpLo ? 0 : wexp_g;
@@ -733,7 +734,8 @@ struct I8Consumer {
 #pragma unroll 1
     for (int n = ct; n < S::N; n += S::CT) {
       float& w = sm.wfast[S::wslot(n)];
-      w = w == 0.0f ? 0.0f : __int_as_float(__float_as_int(w) + (shift << 23));
+      const int sh = RELU_MIX ? ((n & 1) ? -g : 127 - g) : shift;  // RELU_MIX: head n & 1's form
+      w = w == 0.0f ? 0.0f : __int_as_float(__float_as_int(w) + (sh << 23));
     }
     gscale = __int_as_float((127 + g + 22) << 23);
   }
@@ -1050,34 +1052,30 @@ struct I8Consumer {
   static OPUS_DEV T quad_get(T v, int q) { return __shfl_sync(0xFFFFFFFFu, v, q, 4); }
 
   // A fragments of M block mb: a[j] for k-slice j; registers 0/2 hold key k0's block t word j
-  // (elements 0..3 / 4..7), 1/3 key k1's. Signed, block t's shift d0 / d1: the canonical path's
-  // unshifted (convert), KEY_SIGNED's fast path's at the vote's shifts.
-  OPUS_DEV void convert_signed(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {
-    const I8Table t0 = sm.tables[d0], t1 = sm.tables[d1];
+  // (elements 0..3 / 4..7), 1/3 key k1's. The canonical path's: signed, unshifted.
+  OPUS_DEV void convert(const uint4& raw0, const uint4& raw1, uint32_t (&a)[4][4]) const {
+    const I8Table t0 = sm.tables[0];
     const uint32_t w0[4] = {raw0.x, raw0.y, raw0.z, raw0.w}, w1[4] = {raw1.x, raw1.y, raw1.z, raw1.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       i8_word(w0[j], t0, a[j][0], a[j][2]);
-      i8_word(w1[j], t1, a[j][1], a[j][3]);
+      i8_word(w1[j], t0, a[j][1], a[j][3]);
     }
-  }
-  OPUS_DEV void convert(const uint4& raw0, const uint4& raw1, uint32_t (&a)[4][4]) const {
-    convert_signed(raw0, raw1, 0, 0, a);
   }
 
-  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1
-  // (KEY_SIGNED: signed bytes, convert_signed).
-  OPUS_DEV void convert_fast(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {
-    if constexpr (KEY_SIGNED) {
-      convert_signed(raw0, raw1, d0, d1, a);
-      return;
-    }
-    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];
-    const uint32_t w0[4] = {raw0.x, raw0.y, raw0.z, raw0.w}, w1[4] = {raw1.x, raw1.y, raw1.z, raw1.w};
+  // The fast path's key operand from the two keys' tables of block t's shifts (block_inputs), laid
+  // out as convert's: biased unsigned bytes (i8_key_word; KEY_SIGNED: signed bytes, i8_word).
+  OPUS_DEV void convert_fast(const uint4 (&raw)[2], const I8Table (&tb)[2], uint32_t (&a)[4][4]) const {
+    const uint32_t w0[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w}, w1[4] = {raw[1].x, raw[1].y, raw[1].z, raw[1].w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      i8_key_word(w0[j], t0, ones, a[j][0], a[j][2]);
-      i8_key_word(w1[j], t1, ones, a[j][1], a[j][3]);
+      if constexpr (KEY_SIGNED) {
+        i8_word(w0[j], tb[0], a[j][0], a[j][2]);
+        i8_word(w1[j], tb[1], a[j][1], a[j][3]);
+      } else {
+        i8_key_word(w0[j], tb[0], ones, a[j][0], a[j][2]);
+        i8_key_word(w1[j], tb[1], ones, a[j][1], a[j][3]);
+      }
     }
   }
 
@@ -1182,9 +1180,18 @@ struct I8Consumer {
   // - else a saturating multiply by 2^127, I * 2^-22 (exact and below 1; the saturation sends the
   //   NaN to +0), against weights carrying 2^22.
   // Either way the products and sums are those of relu(I) * w', scaled by a power of two.
-  static OPUS_DEV float relu_cell(int32_t i) {
+  // RELU_MIX: the even heads' cells take the max form and the odd heads' the multiply, their
+  // weights w' * 2^-G, so both products are I * w' * 2^-(G + 22) and the store takes gscale back
+  // as RELU_ALU's does: half the relus on the ALU pipe's issue slots, half on the FMA pipe's. Where
+  // a card holds few CTAs the two warps an SMSP are all its work and the split shortens their
+  // chain: r4w12's decode body at 64 heads 2-6% faster at 1-16 sequences, level at 64 and 256; its
+  // Prefill form 1-2% slower and r2w12 1% slower, so only there (docs/perf-notes.md, fifty-fifth
+  // and fifty-sixth sessions).
+  static constexpr bool RELU_MIX = R == 4 && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;
+  static constexpr bool GSCALE = S::RELU_ALU || RELU_MIX;  // the fast sums carry 2^-(G + 22)
+  static OPUS_DEV float relu_cell(int32_t i, bool max_form = S::RELU_ALU) {
     float y;
-    if constexpr (S::RELU_ALU)
+    if (max_form)
       asm("max.f32 %0, %1, 0f00000000;" : "=f"(y) : "f"(__int_as_float(i)));
     else
       asm("mul.rn.sat.f32 %0, %1, 0f7F000000;" : "=f"(y) : "f"(__int_as_float(i)));
@@ -1271,7 +1278,8 @@ struct I8Consumer {
       for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
-          part[lr][kk][e] = fmaf(relu_cell(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);
+          part[lr][kk][e] = fmaf(relu_cell(ac[4 * i + 2 * kk + e], S::RELU_ALU || (RELU_MIX && e == 0)), wv[i][e],
+                                 part[lr][kk][e]);
     }
 #pragma unroll
     for (int r = 0; r < RPC; ++r)
@@ -1289,7 +1297,7 @@ struct I8Consumer {
       v = fadd_rn(v, warp_xor(v, 2));
     }
     int n = n0 + key_of(mb, k_own ? 1 : 0);
-    if constexpr (S::RELU_ALU) v = fmul_rn(v, gscale);
+    if constexpr (GSCALE) v = fmul_rn(v, gscale);
     if constexpr (PRED_STORES) {
       if constexpr (UNION) union_col(r, n, n0, n);  // the mask holds the window test
       store_key_if(store_mask >> (r * S::MB + mb) & 1u, row_out(r), n, fmul_rn(v, scale));
@@ -1328,7 +1336,7 @@ struct I8Consumer {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         h[i] = fadd_rn(k ? rs[i][1] : rs[i][0], warp_xor(k ? rs[i][0] : rs[i][1], 1));
-        if constexpr (S::RELU_ALU) h[i] = fmul_rn(h[i], gscale);
+        if constexpr (GSCALE) h[i] = fmul_rn(h[i], gscale);
         h[i] = fmul_rn(h[i], scale);
       }
       const float v = fadd_rn(lr ? h[1] : h[0], warp_xor(lr ? h[0] : h[1], 2));
@@ -1368,6 +1376,21 @@ struct I8Consumer {
       for (int sp = 0; sp < S::MB / SPAN; ++sp) fast_span(sp, raw_base, raw, offsets, factor, n0, empty);
     }
   }
+  // The fast path's inputs of M block mb, the span's ml-th: the store factor of the key this lane
+  // stores into scale[ml & 1], its raw bytes (with_raw; M block 0's came with the vote) and the
+  // two keys' conversion tables for block t's shifts (0..2 on every scored key), from the offsets'
+  // quad shuffles.
+  OPUS_DEV void block_inputs(int ml, int mb, bool with_raw, const uint8_t* raw_base, const uint32_t (&offsets)[S::VK],
+                             const float (&factor)[S::VK], uint4 (&raw)[2], I8Table (&tb)[2], float (&scale)[2]) const {
+    const uint32_t off = pick(offsets, mb >> 1);
+    int d[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;
+    scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));
+    if (with_raw) load_raw(raw_base, mb, raw);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) tb[k] = KEY_SIGNED ? sm.tables[d[k]] : sm.ktables[d[k]];
+  }
   // v[i] for a runtime i (selects: a register array indexed at run time goes to local memory)
   template <class T, int N>
   static OPUS_DEV T pick(const T (&v)[N], int i) {
@@ -1381,6 +1404,15 @@ struct I8Consumer {
   // unit's sums are stored in the next unit's segment (ptxas interleaves the store's shuffles
   // with that unit's conversion), the last two units' after the span's last wgmma wait, together
   // (stored before it, the third unit's shuffles had nothing to overlap).
+  // READ_AHEAD: M block ml + 1's inputs (block_inputs) are read in M block ml's last unit, after
+  // its wgmma is issued and before the wait for the unit before it, so that its first unit
+  // converts at once -- ncu had the consumers waiting on these reads and shuffles just before the
+  // conversion, not on the tensor core; ptxas then also moves the conversion up between the last
+  // unit's wgmma instructions. r4w12's Prefill form 1.4-2.2% faster, r2w12 2%, r4w12's decode
+  // body level (the same read ahead without the tables: 1-3% slower in Prefill). Not at one
+  // chunk, where the unit before is M block ml - 1's and its store factor shares the slot
+  // (docs/perf-notes.md, fifty-fifth and fifty-sixth sessions).
+  static constexpr bool READ_AHEAD = S::CHUNKS >= 2;
   OPUS_DEV void fast_span(int sp, const uint8_t* raw_base, uint4 (&raw)[2], const uint32_t (&offsets)[S::VK],
                           const float (&factor)[S::VK], int n0, uint64_t* empty) {
     constexpr int U = SPAN * S::CHUNKS;  // units of a span
@@ -1389,25 +1421,22 @@ struct I8Consumer {
     float pend[RPC][2];
     bool pending = false;  // a compile-time fact of each unrolled unit
     int pend_u = 0;
+    I8Table tb[2];  // the conversion tables of the M block converted next
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1
       const float pend_scale = scale[(pend_u / S::CHUNKS) & 1];  // before this unit's M block takes its slot
       if (ch == 0) {
-        const uint32_t off = pick(offsets, mb >> 1);
-        int d[2];
-#pragma unroll
-        for (int k = 0; k < 2; ++k)  // block t's offset: 0..2 on every scored key
-          d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;
-        scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));  // the key this lane stores
-        if (mb > 0) load_raw(raw_base, mb, raw);  // M block 0's bytes came with the vote
-        if (mb == S::MB - 1) release(empty);  // the stage's last read
-        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);
+        if (!READ_AHEAD || ml == 0) block_inputs(ml, mb, mb > 0, raw_base, offsets, factor, raw, tb, scale);
+        if (mb == S::MB - 1) release(empty);  // the stage's last read (READ_AHEAD: a unit ago, but at ml = 0)
+        convert_fast(raw, tb, afr[ml & 1]);
       }
       if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);
       wgmma_fence();
       mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);
       wgmma_commit();
+      if (READ_AHEAD && ch == S::CHUNKS - 1 && ml + 1 < SPAN)
+        block_inputs(ml + 1, mb + 1, true, raw_base, offsets, factor, raw, tb, scale);
       if (u > 0) {
         float wv[S::NT][2];
         unit_weights((u - 1) % S::CHUNKS, wv);
