@@ -16,17 +16,15 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants piecetimes --ids 20,17 --rounds 1  # and each consumer's stages and pieces
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,onesetup,stage128 --ids 20,17,18  # a later set-up's cost; the stage boundary's
     python3 scripts/i8_ablations.py --out .gl/abl --variants boundary --ids 20,17,18 --rounds 1  # the boundary's parts, in cycles
-    python3 scripts/i8_ablations.py --out .gl/abl --variants base,voteahead,spanahead --ids 20,16,17,18  # the boundary under the last unit
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,bias16 --ids 20,16  # the one-chunk bias slice by 16 lanes
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,pad4,pad8,pad16,pad32,pad64 --ids 20  # the code's place alone
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchfirst --ids 20,17  # the first group's rows into L2 early
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,bias16w12,setupunroll2 --ids 16,17,18  # the former set-up forms (lane 0's slice at r1w12; one word a turn)
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,accinit,accinitsm --ids 20,16,17,18  # the bias's correction as the accumulator's start
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,descsalt --ids 20,16,17,18  # the wgmma descriptors held in uniform registers
-    python3 scripts/i8_ablations.py --out .gl/abl --variants base,viadd --ids 20,16,17,18  # no bias slice: the relu takes the bias back (VIADDMNMX)
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,unrollsetup --ids 18,17 --prefill --shapes '8192 1 8192;16384 1 16384'
-    python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq,regtables,tabahead --ids 20,17,16,18  # the set-up's loads, the tables
-    python3 scripts/i8_ablations.py --out .gl/abl --variants base,judge,carve100 --ids 20,16,17,18  # work for the idle producer warp; the L1
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,prefetchq --ids 20,17,16,18  # the set-up's loads
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,carve100 --ids 20,16,17,18  # the L1
     python3 scripts/i8_ablations.py --out .gl/abl --heads 32 --variants base,rows4 --ids 18,17  # four rows' out pointers in registers
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,pc4,onesetup,onesetuppc4 --ids 20,16,17  # a free later set-up's bound
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
@@ -59,26 +57,13 @@ HARNESS = ROOT / "scripts" / "opus_harness.cu"
 NVCC = ["nvcc", "-std=c++17", "-O3", "--fmad=false", "-gencode=arch=compute_90a,code=sm_90a"]
 
 # (text in kernel_sm90_i8.cuh, what replaces it), or (another file of the tree, text, replacement)
-# The pieces of the "a unit ahead" variants (tabahead, rawahead, aheadboth): fast_span's lines
-# that read an M block's bytes, release the stage and convert, and what each variant puts there.
-_RAW_NOW = "        if (mb > 0) load_raw(raw_base, mb, raw);  // M block 0's bytes came with the vote\n"
-_RELEASE = "        if (mb == S::MB - 1) release(empty);  // the stage's last read\n"
-_RELEASE_CONVERT = _RELEASE + "        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n"
-_RAW_NEXT = ("        const uint4 cur0 = raw[0], cur1 = raw[1];  // M block 0's came with the vote, the others a unit ago\n"
-             "        if (mb + 1 < S::MB) {\n"
-             "          load_raw(raw_base, mb + 1, raw);\n"
-             "          if (mb + 1 == S::MB - 1) release(empty);  // the stage's last read\n"
-             "        }\n")
-_TAB_NEXT = ("        (void)d;\n        const I8Table c0 = tab[0], c1 = tab[1];\n"
-             "        if (ml + 1 < SPAN) block_tables(offsets, mb + 1, ml + 1, tab);\n")
-# mma_chunk_fast's first line, and the KEY_SIGNED branches that open it and convert_fast (the
-# signed bodies' fast path, which the edits below keep)
+# mma_chunk_fast's first line, and the KEY_SIGNED branch that opens it (the signed bodies' fast
+# path, which the edits below keep)
 _MMA_FAST_HEAD = "  OPUS_DEV void mma_chunk_fast(int32_t (&acc)[NC / 2], const uint32_t (&a)[4][4], int ch) const {\n"
 _KS_MMA = "    if constexpr (KEY_SIGNED) {\n      mma_chunk<NC>(acc, a, ch);\n      return;\n    }\n"
 _BIAS_OPEN = "    uint32_t ab[4];\n    bias_operand(ab);\n    WgmmaI8<NC, true>::start("  # the bias slice's first statements
 _KEY_SIGNED_DEF = ("  static constexpr bool KEY_SIGNED =\n"
                    "      !SPLIT && (S::CHUNKS >= 4 || (S::CHUNKS == 2 && (CANON || UNION || H >= S::NC)));\n")  # biasedkeys, keysigned2, keysigned4
-_KS_CONVERT = "    if constexpr (KEY_SIGNED) {\n      convert_signed(raw0, raw1, d0, d1, a);\n      return;\n    }\n"
 # the set-up's bias work as landed: setup_turns' column sum and slot (skipped where the keys are
 # signed), and setup_each's branch; the lines biascol, biaspack and nobiasset change
 _SETUP_BIAS_OPEN = "        if constexpr (!KEY_SIGNED) {  // the bias slice: unread where the keys are signed\n"
@@ -88,28 +73,6 @@ _SETUP_BIAS_SUM = ("        int qsum = __dp4a(int(lo[w]), 0x01010101, 0) + __dp4
 _SETUP_BIAS = _SETUP_BIAS_OPEN + "".join("  " + l if not l.startswith("#") else l
                                          for l in _SETUP_BIAS_SUM.splitlines(True)) + "        }\n"
 _SETUP_EACH_BIAS = "      if (!KEY_SIGNED && fast) {  // uniform: the group's verdict; unread where the keys are signed\n"
-# block_tables (an M block's two tables) and the conversion from given tables, convert_fast
-# keeping its form on top of it (biased keys: a KEY_SIGNED body comes out wrong with these, its
-# wgmma being the signed chain)
-_TAB_FUNCS = ("  OPUS_DEV void convert_fast(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {\n"
-              + _KS_CONVERT +
-              "    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
-              "  OPUS_DEV void block_tables(const uint32_t (&offsets)[S::VK], int mb, int ml, I8Table (&tab)[2]) const {\n"
-              "    const uint32_t off = pick(offsets, mb >> 1);\n"
-              "#pragma unroll\n"
-              "    for (int k = 0; k < 2; ++k) tab[k] = sm.ktables[int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3];\n"
-              "  }\n"
-              "  OPUS_DEV void convert_fast(const uint4& raw0, const uint4& raw1, int d0, int d1, uint32_t (&a)[4][4]) const {\n"
-              + _KS_CONVERT +
-              "    convert_fast_t(raw0, raw1, sm.ktables[d0], sm.ktables[d1], a);\n"
-              "  }\n"
-              "  OPUS_DEV void convert_fast_t(const uint4& raw0, const uint4& raw1, const I8Table& t0, const I8Table& t1,\n"
-              "                               uint32_t (&a)[4][4]) const {\n")
-_TAB_FIRST = ("    int pend_u = 0;\n#pragma unroll\n    for (int u = 0; u < U; ++u) {\n"
-              "      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n",
-              "    int pend_u = 0;\n    I8Table tab[2];\n    block_tables(offsets, mb0, 0, tab);\n"
-              "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n"
-              "      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n")
 
 # A warp's L2 prefetch of query rows [r0, r1): q, q_scale and weights, a 128-byte line a lane
 # (prefetchq at each piece's start in the producer, prefetchfirst at the kernel's entry).
@@ -143,30 +106,29 @@ _STAGE_TOP = "  OPUS_DEV void stage(int n0) {\n    mbar_wait(&sm.full[c][ring.sl
 _TIMED_STAGE_TOP = _STAGE_TOP.replace("    mbar_wait", "    const long long w0 = clock64();\n    mbar_wait")
 
 
+def _prmt_edit(old: str, ind: str, t0: str, t1: str) -> tuple[str, str]:
+    """noconv's edit: `old` (a k-slice's two words converted, at indentation `ind`) made one permute a
+    register, from table t0 for key k0's word and t1 for key k1's."""
+    regs = ((0, 0, t0, "pos"), (2, 0, t0, "neg"), (1, 1, t1, "pos"), (3, 1, t1, "neg"))
+    return (old, "".join(f"{ind}a[j][{r}] = prmt({t}.{s}_lo, {t}.{s}_hi, w{k}[j]);\n" for r, k, t, s in regs))
+
+
 EDITS = {
-    # the epilogue's float work as integer multiply-adds on the same bits (wrong logits; what the
-    # FP32 instructions' collisions with the tensor core cost): one IMAD a cell, or two. Fifty-fourth
-    # session, r4w12's Prefill form on the H100: iepi2 +8.2..+8.6%, iepi1 -1.7..-1.9% (IMAD takes two
-    # FMA-pipe cycles; noepi -24..-28%, nomma -28..-32%)
-    "iepi1": [("        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = fmaf(relu_cell(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);\n",
-               "        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = __int_as_float(ac[4 * i + 2 * kk + e] * __float_as_int(wv[i][e]) + __float_as_int(part[lr][kk][e]));\n")],
-    "iepi2": [("        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = fmaf(relu_cell(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);\n",
-               "        for (int e = 0; e < 2; ++e)\n          part[lr][kk][e] = __int_as_float((ac[4 * i + 2 * kk + e] * __float_as_int(wv[i][e]) + 7) * __float_as_int(wv[i][e ^ 1]) + __float_as_int(part[lr][kk][e]));\n")],
     # the rows' out pointers from shared memory at R = 2 too (r2w16 spilled them: 8 LDL.64 a stage)
     "rowsmem": [("  static constexpr bool ROWS_IN_REGS = R <= 2;\n", "  static constexpr bool ROWS_IN_REGS = R <= 1;\n")],
     # the consumers only wait for each stage and release it: what the producer and memory alone cost
     "empty": [("    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n",
                "    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n"
                "    mbar_arrive(&sm.empty[c][ring.slot]);\n    return;\n    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n")],
-    # the fast conversion down to one permute a register (9 instructions a word -> 2), in both
-    # forms: the biased keys' (i8_key_word) and the signed keys' (convert_signed, which the
-    # canonical path shares: its stages go wrong too)
-    "noconv": [("      i8_key_word(w0[j], t0, ones, a[j][0], a[j][2]);\n      i8_key_word(w1[j], t1, ones, a[j][1], a[j][3]);\n",
-                "      a[j][0] = prmt(t0.pos_lo, t0.pos_hi, w0[j]);\n      a[j][2] = prmt(t0.neg_lo, t0.neg_hi, w0[j]);\n"
-                "      a[j][1] = prmt(t1.pos_lo, t1.pos_hi, w1[j]);\n      a[j][3] = prmt(t1.neg_lo, t1.neg_hi, w1[j]);\n"),
-               ("      i8_word(w0[j], t0, a[j][0], a[j][2]);\n      i8_word(w1[j], t1, a[j][1], a[j][3]);\n",
-                "      a[j][0] = prmt(t0.pos_lo, t0.pos_hi, w0[j]);\n      a[j][2] = prmt(t0.neg_lo, t0.neg_hi, w0[j]);\n"
-                "      a[j][1] = prmt(t1.pos_lo, t1.pos_hi, w1[j]);\n      a[j][3] = prmt(t1.neg_lo, t1.neg_hi, w1[j]);\n")],
+    # the fast conversion down to one permute a register (9 instructions a word -> 2), in every
+    # form: convert_fast's biased keys (i8_key_word) and signed keys (i8_word), and the canonical
+    # convert (i8_word: its stages go wrong too)
+    "noconv": [_prmt_edit("        i8_key_word(w0[j], tb[0], ones, a[j][0], a[j][2]);\n"
+                          "        i8_key_word(w1[j], tb[1], ones, a[j][1], a[j][3]);\n", "        ", "tb[0]", "tb[1]"),
+               _prmt_edit("        i8_word(w0[j], tb[0], a[j][0], a[j][2]);\n"
+                          "        i8_word(w1[j], tb[1], a[j][1], a[j][3]);\n", "        ", "tb[0]", "tb[1]"),
+               _prmt_edit("      i8_word(w0[j], t0, a[j][0], a[j][2]);\n      i8_word(w1[j], t0, a[j][1], a[j][3]);\n",
+                          "      ", "t0", "t0")],
     # the epilogue down to one relu a key (no head sum). ptxas (CUDA 13) builds the r1 kernel of
     # this variant alone with serialized wgmma in some trees and not in others (the measured one
     # of docs/perf-notes.md was not): check the script's warning count
@@ -184,7 +146,7 @@ EDITS = {
                 _MMA_FAST_HEAD + _KS_MMA + "#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), j > 0);\n"
                 "    return;\n" + _BIAS_OPEN)],
     # KEY_SIGNED off: every body back on the biased keys and the bias slice (the landed form's
-    # A/B; signedfast and the four-chunk form measured it before it landed)
+    # A/B; the retired signedfast and the four-chunk form measured it before it landed)
     "biasedkeys": [(_KEY_SIGNED_DEF,
                     "  static constexpr bool KEY_SIGNED = false;\n")],
     # KEY_SIGNED's set-up building the bias slice again (its column sums and slots, never read
@@ -224,37 +186,6 @@ EDITS = {
                     "  static constexpr bool KEY_SIGNED = S::CHUNKS >= 2 && !SPLIT;\n")],
     "keysigned4": [(_KEY_SIGNED_DEF,
                     "  static constexpr bool KEY_SIGNED = S::CHUNKS >= 4 && !SPLIT;\n")],
-    # signed keys on the fast path (exact): the query's signed conversion (i8_word, two ALU
-    # instructions a word more) and no bias slice, four k-slices of s8 keys a chunk
-    "signedfast": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n", "    const I8Table t0 = sm.tables[d0], t1 = sm.tables[d1];\n"),
-                   ("      i8_key_word(w0[j], t0, ones, a[j][0], a[j][2]);\n      i8_key_word(w1[j], t1, ones, a[j][1], a[j][3]);\n",
-                    "      i8_word(w0[j], t0, a[j][0], a[j][2]);\n      i8_word(w1[j], t1, a[j][1], a[j][3]);\n"),
-                   (_MMA_FAST_HEAD + _KS_MMA + _BIAS_OPEN,
-                    _MMA_FAST_HEAD + _KS_MMA + "#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, false>::run(acc, a[j], b_desc(j, ch), j > 0);\n"
-                    "    return;\n" + _BIAS_OPEN)],
-    # the fast path's key operand from shared memory (SS wgmma): each consumer converts its M block
-    # in registers as now, stores the A fragments into a tile of its own (two slots, the RS layout's
-    # K order, so the query operand is unchanged), fences, meets its warpgroup at a named barrier,
-    # and issues the four k-slices with both operands from shared memory (the bias slice stays RS)
-    "ssplace": [("  I8Tiles<CONS, S::TILE_SLOTS, S::TILE_BYTES, S::KEYS, SPLIT> tiles;  // last: an empty struct without SPLIT\n",
-                 "  alignas(128) uint8_t atile[CONS][2][S::KEYS / S::MB * 128];\n"
-                 "  I8Tiles<CONS, S::TILE_SLOTS, S::TILE_BYTES, S::KEYS, SPLIT> tiles;  // last: an empty struct without SPLIT\n"),
-                ("        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n",
-                 "        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n"
-                 "        {\n"
-                 "          uint8_t* tb = sm.atile[c][ml & 1] + 2 * warp * 256 + 16 * g + 4 * t;\n"
-                 "#pragma unroll\n"
-                 "          for (int j = 0; j < 4; ++j) {\n"
-                 "            *reinterpret_cast<uint32_t*>(tb + j * 2048) = afr[ml & 1][j][0];\n"
-                 "            *reinterpret_cast<uint32_t*>(tb + j * 2048 + 256) = afr[ml & 1][j][1];\n"
-                 "            *reinterpret_cast<uint32_t*>(tb + j * 2048 + 128) = afr[ml & 1][j][2];\n"
-                 "            *reinterpret_cast<uint32_t*>(tb + j * 2048 + 384) = afr[ml & 1][j][3];\n"
-                 "          }\n"
-                 "          fence_async_smem();\n"
-                 "          bar_sync(2 + c, 128);\n"
-                 "        }\n"),
-                ("      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n",
-                 "      mma_chunk_ss<S::NC>(acc[u & 1], smem_desc_at(kI8SmemBase + uint32_t(offsetof(Sm, atile)) + uint32_t((c * 2 + (ml & 1)) * sizeof(sm.atile[0][0])), 128, 256), ch);\n")],
     # no vote: every stage of a fast group takes the fast path, no warpgroup barrier
     # the consumers' work alone: the producer walks the table and arrives on each stage without
     # copying (the stage keeps stale bytes; with novote every stage takes the fast path)
@@ -312,86 +243,6 @@ EDITS = {
                 ("        store_key_if(store_mask >> (r * S::MB + mb) & 1u, pair_row(2 * ch, lr), n, v);\n",
                  "        store_key_if((store_mask >> (r * S::MB + mb) & 1u) && __float_as_uint(v) == 0x7FC00001u, pair_row(2 * ch, lr), n, v);\n")],
     "novote": [("      fast = bar_and(2 + c, 128, ok);", "      fast = true;\n      (void)ok;")],
-    # the fast stage's logit stores all after the span's last wgmma wait (each unit's value made
-    # where its store was, no memory operation between the wgmma statements: a store there is kept
-    # in order with them, and its shuffles' latency with it)
-    "storeend": [("  OPUS_DEV void store_row(int r, const float (&rs)[2], int n0, int mb, float scale) const {\n"
-                  "    const bool k_own = t & 1;\n"
-                  "    float v = rs[0];\n"
-                  "    if constexpr (!CANON) {\n"
-                  "      v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n"
-                  "      v = fadd_rn(v, warp_xor(v, 2));\n"
-                  "    }\n"
-                  "    int n = n0 + key_of(mb, k_own ? 1 : 0);\n"
-                  "    if constexpr (S::RELU_ALU) v = fmul_rn(v, gscale);\n"
-                  "    if constexpr (PRED_STORES) {\n"
-                  "      if constexpr (UNION) union_col(r, n, n0, n);  // the mask holds the window test\n"
-                  "      store_key_if(store_mask >> (r * S::MB + mb) & 1u, row_out(r), n, fmul_rn(v, scale));\n"
-                  "      return;\n"
-                  "    }\n"
-                  "    if (store_mask >> (r * S::MB + mb) & 1u) {\n"
-                  "      if constexpr (UNION) union_col(r, n, n0, n);  // the mask holds the window test\n"
-                  "      store_key<NARROW>(args, row_out(r), n, fmul_rn(v, scale));\n"
-                  "    }\n"
-                  "  }\n",
-                  # store_row as its two halves (put_row in the branch form): the value (no memory operation) and the store
-                  "  OPUS_DEV float row_value(const float (&rs)[2], float scale) const {\n"
-                  "    const bool k_own = t & 1;\n"
-                  "    float v = rs[0];\n"
-                  "    if constexpr (!CANON) {\n"
-                  "      v = fadd_rn(k_own ? rs[1] : rs[0], warp_xor(k_own ? rs[0] : rs[1], 1));\n"
-                  "      v = fadd_rn(v, warp_xor(v, 2));\n"
-                  "    }\n"
-                  "    if constexpr (S::RELU_ALU) v = fmul_rn(v, gscale);\n"
-                  "    return fmul_rn(v, scale);\n"
-                  "  }\n"
-                  "  OPUS_DEV void put_row(int r, float v, int n0, int mb) const {\n"
-                  "    int n = n0 + key_of(mb, (t & 1) ? 1 : 0);\n"
-                  "    if (store_mask >> (r * S::MB + mb) & 1u) {\n"
-                  "      if constexpr (UNION) union_col(r, n, n0, n);\n"
-                  "      store_key<NARROW>(args, row_out(r), n, v);\n"
-                  "    }\n"
-                  "  }\n"
-                  "  OPUS_DEV void store_row(int r, const float (&rs)[2], int n0, int mb, float scale) const {\n"
-                  "    put_row(r, row_value(rs, scale), n0, mb);\n"
-                  "  }\n"),
-                 ("    int pend_u = 0;\n#pragma unroll\n    for (int u = 0; u < U; ++u) {\n      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n",
-                  "    int pend_u = 0;\n    float vals[U][RPC];\n    bool have[U];\n#pragma unroll\n    for (int v = 0; v < U; ++v) have[v] = false;\n"
-                  "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n      const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1\n"),
-                 ("      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n",
-                  "      if (pending) {\n#pragma unroll\n        for (int lr = 0; lr < RPC; ++lr) vals[pend_u][lr] = row_value(pend[lr], pend_scale);\n        have[pend_u] = true;\n      }\n"
-                  "      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n"),
-                 ("    if (pending) store_unit(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1], mb0);\n    float rs[RPC][2];\n"
-                  "    if (unit_rows(U - 1, wv, rs)) store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);\n",
-                  "    if (pending) {\n#pragma unroll\n      for (int lr = 0; lr < RPC; ++lr) vals[pend_u][lr] = row_value(pend[lr], scale[(pend_u / S::CHUNKS) & 1]);\n      have[pend_u] = true;\n    }\n"
-                  "    float rs[RPC][2];\n    if (unit_rows(U - 1, wv, rs)) {\n#pragma unroll\n      for (int lr = 0; lr < RPC; ++lr) vals[U - 1][lr] = row_value(rs[lr], scale[(SPAN - 1) & 1]);\n      have[U - 1] = true;\n    }\n"
-                  "#pragma unroll\n    for (int v = 0; v < U; ++v) {\n      if (!have[v]) continue;\n      const int mb = mb0 + v / S::CHUNKS, ch = v % S::CHUNKS;\n"
-                  "#pragma unroll\n      for (int lr = 0; lr < RPC; ++lr) put_row(H >= S::NC ? ch * S::NC / H : ch * RPC + lr, vals[v][lr], n0, mb);\n    }\n")],
-    # the fast path's three key tables in registers where the consumers have them (two consumer
-    # warpgroups, 224 registers: r2w12, r4w12, r1w12), loaded once a group; each key's table by
-    # selects instead of an LDS.128 between the wgmma statements (exact; the one-chunk r1w16 keeps
-    # its loads)
-    "regtables": [("  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n",
-                   "  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n"
-                   "  static constexpr bool KT_IN_REGS = CONS <= 2;\n"
-                   "  I8Table ktreg[KT_IN_REGS ? 3 : 1];\n"
-                   "  OPUS_DEV I8Table key_table(int d) const {\n"
-                   "    if constexpr (KT_IN_REGS) {\n"
-                   "      I8Table r = ktreg[0];\n"
-                   "      r.pos_lo = d == 1 ? ktreg[1].pos_lo : d == 2 ? ktreg[2].pos_lo : r.pos_lo;\n"
-                   "      r.pos_hi = d == 1 ? ktreg[1].pos_hi : d == 2 ? ktreg[2].pos_hi : r.pos_hi;\n"
-                   "      r.neg_lo = d == 1 ? ktreg[1].neg_lo : d == 2 ? ktreg[2].neg_lo : r.neg_lo;\n"
-                   "      r.neg_hi = d == 1 ? ktreg[1].neg_hi : d == 2 ? ktreg[2].neg_hi : r.neg_hi;\n"
-                   "      return r;  // a key nobody stores may take 3: any table serves it\n"
-                   "    } else {\n"
-                   "      return sm.ktables[d];\n"
-                   "    }\n"
-                   "  }\n"),
-                  ("          for (int e = 0; e < 2; ++e) wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];\n    }\n  }\n",
-                   "          for (int e = 0; e < 2; ++e) wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];\n    }\n"
-                   "    if constexpr (KT_IN_REGS) {\n#pragma unroll\n      for (int d = 0; d < 3; ++d) ktreg[d] = sm.ktables[d];\n    }\n  }\n"),
-                  ("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
-                   "    const I8Table t0 = key_table(d0), t1 = key_table(d1);\n")],
     # the producer warp prefetches each piece's query rows, scales and weights into L2 as it
     # starts the piece -- for every piece after the first, while the consumers still run the
     # previous one's last stages -- so the group set-up's loads hit L2 (exact; addresses only)
@@ -399,23 +250,12 @@ EDITS = {
                    "    const int32_t* bt_row = args.block_tables + (long long)(args.gather ? p.r0 : p.b) * args.stride_bt;\n    constexpr int STEP = S::KEYS * CONS;\n"
                    "    if (c == 0) {  // one warp: a 128-byte line a lane and row\n"
                    + _prefetch_rows("p.r0", "imin(p.r1, p.r0 + R)", "      ") + "    }\n")],
-    # each M block's two key tables loaded a unit ahead (after the previous M block's
-    # conversion, before its wgmma) instead of just before the permutes that use them: the
-    # LDS.128's latency off the warp's in-order stream, for 8 registers (exact)
-    "tabahead": [_TAB_FUNCS, _TAB_FIRST, (_RELEASE_CONVERT, _RELEASE + _TAB_NEXT + "        convert_fast_t(raw[0], raw[1], c0, c1, afr[ml & 1]);\n")],
-    # each M block's key bytes read a unit ahead (after the previous M block's conversion is
-    # issued; the stage released after that last read), for 8 registers (exact)
-    "rawahead": [(_RAW_NOW + _RELEASE_CONVERT, _RAW_NEXT + "        convert_fast(cur0, cur1, d[0], d[1], afr[ml & 1]);\n")],
-    # both
-    "aheadboth": [_TAB_FUNCS, _TAB_FIRST,
-                  (_RAW_NOW + _RELEASE_CONVERT, _RAW_NEXT + _TAB_NEXT + "        convert_fast_t(cur0, cur1, c0, c1, afr[ml & 1]);\n")],
     # every key through the shift-0 table (timing only: wrong logits where a block's offset is not
     # 0): what choosing each key's table by its offsets costs (the quad shuffles, the address, an
-    # LDS.128 a key and M block), the biased keys' tables and the signed keys' (convert_signed) alike
-    "onetable": [("    const I8Table t0 = sm.ktables[d0], t1 = sm.ktables[d1];\n",
-                  "    const I8Table t0 = sm.ktables[0], t1 = sm.ktables[0];\n    (void)d0, (void)d1;\n"),
-                 ("    const I8Table t0 = sm.tables[d0], t1 = sm.tables[d1];\n",
-                  "    const I8Table t0 = sm.tables[0], t1 = sm.tables[0];\n    (void)d0, (void)d1;\n")],
+    # LDS.128 a key and M block), the biased keys' tables and the signed keys' (i8_word) alike
+    "onetable": [("    for (int k = 0; k < 2; ++k) tb[k] = KEY_SIGNED ? sm.tables[d[k]] : sm.ktables[d[k]];\n",
+                  "    for (int k = 0; k < 2; ++k) tb[k] = KEY_SIGNED ? sm.tables[0] : sm.ktables[0];\n"
+                  "    (void)d;\n")],
     # the split body (id 32): its converters' vote without the warpgroup barrier (exact on data
     # whose stages are all fast: what the bar.red a stage costs the converters)
     "splitnovote": [("    return khi > 0 && bar_and(4 + c, 128, ok);  // khi uniform: the group's verdict\n",
@@ -694,174 +534,6 @@ EDITS["stamps2"] = [(old, _second_group(new)) for old, new in EDITS["stamps"]] +
      "  uint32_t qphase = 0;  // QSTAGE: the staged inputs' phase\n  int npiece_ts = 0;  // stamps2: the groups set up so far\n"),
 ]
 
-# skipblocks: a fast stage's M blocks that start at or past the piece's key end (kend: no row of
-# the piece stores them) are not converted or multiplied; the stage is released at the skip. The
-# whole-stage form (one unrolled span) ends at the first such block, flushing its last unit as
-# the span's end does (not at one chunk: there ptxas serializes the wgmma on the branch, C7518);
-# the rolled form skips whole spans. Exact (the skipped keys are never stored). What the causal
-# edge's and a piece's last stage cost beyond their keys. Refuted (fifty-first session, H100: -2.2%
-# at the V4 fresh prefill, +1.9% at a 16K chunk, +2.5..+10.3% in decode)
-EDITS["skipblocks"] = [
-    ("      for (int sp = 0; sp < S::MB / SPAN; ++sp) fast_span(sp, raw_base, raw, offsets, factor, n0, empty);\n",
-     "      for (int sp = 0; sp < S::MB / SPAN; ++sp) {\n"
-     "        if (sp > 0 && n0 + SPAN * sp * kBlockN >= kend) {  // skipblocks\n"
-     "          release(empty);\n"
-     "          break;\n"
-     "        }\n"
-     "        fast_span(sp, raw_base, raw, offsets, factor, n0, empty);\n"
-     "      }\n"),
-    ("      if (ch == 0) {\n        const uint32_t off = pick(offsets, mb >> 1);\n",
-     "      if constexpr (SPAN == S::MB && S::CHUNKS >= 2) {  // r1w12: ptxas serializes its wgmma on the branch\n"
-     "        if (ch == 0 && ml > 0 && n0 + mb * kBlockN >= kend) {  // skipblocks: the span ends at unit u - 1\n"
-     "          float wv_end[S::NT][2];\n"
-     "          unit_weights((u - 1) % S::CHUNKS, wv_end);\n"
-     "          retired<0>(acc[(u - 1) & 1]);\n"
-     "          if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n"
-     "          float rs_end[RPC][2];\n"
-     "          if (unit_rows(u - 1, wv_end, rs_end)) store_unit(u - 1, rs_end, n0, scale[(ml - 1) & 1], mb0);\n"
-     "          release(empty);\n"
-     "          return;\n"
-     "        }\n"
-     "      }\n"
-     "      if (ch == 0) {\n        const uint32_t off = pick(offsets, mb >> 1);\n"),
-]
-
-# epifirst: each unit's epilogue (the wait for unit u - 1, its sums) before unit u's wgmma is
-# issued, not under it: a warp issues in order, so CUDA-core work placed behind a wgmma that waits
-# for the tensor core's queue waits with it (the thirteenth session's ping-pong probe); with the
-# epilogue first a warpgroup's own tensor work no longer overlaps its epilogue, and the other
-# consumers' wgmma run under it instead (FA3's ping-pong without the turns). Exact. Refuted
-# (fifty-fourth session, H100): r4w12 Prefill +2.3..+3.1%, Table +2.2..+3.8% at four rows,
-# r2w12 +0.7%, r1w16 -0.1%, r1w12 +1.8%.
-_EPI_UNDER = ("      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n"
-              "      if (u > 0) {\n        float wv[S::NT][2];\n        unit_weights((u - 1) % S::CHUNKS, wv);\n"
-              "        retired<1>(acc[(u - 1) & 1]);\n        pending = unit_rows(u - 1, wv, pend);\n        pend_u = u - 1;\n      }\n")
-EDITS["epifirst"] = [(_EPI_UNDER,
-                      "      if (u > 0) {\n        float wv[S::NT][2];\n        unit_weights((u - 1) % S::CHUNKS, wv);\n"
-                      "        retired<0>(acc[(u - 1) & 1]);\n        pending = unit_rows(u - 1, wv, pend);\n        pend_u = u - 1;\n      }\n"
-                      "      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n")]
-
-# halfalu: the relu of every even-head cell as the max on the accumulator's bits (FMNMX, the ALU
-# pipe) and of the odd ones as the saturating multiply (the FMA pipe): whether sharing the
-# epilogue's relus between the two pipes shortens a stage where the FP32 work sets the pace.
-# Timing only (the even cells' products at the wrong power of two).
-EDITS["halfalu"] = [(
-    "          part[lr][kk][e] = fmaf(relu_cell(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);\n",
-    "          {\n            float y = relu_cell(ac[4 * i + 2 * kk + e]);\n"
-    "            if (e == 0) asm(\"max.f32 %0, %1, 0f00000000;\" : \"=f\"(y) : \"f\"(__int_as_float(ac[4 * i + 2 * kk + e])));\n"
-    "            part[lr][kk][e] = fmaf(y, wv[i][e], part[lr][kk][e]);\n          }\n")]
-
-# relumix: halfalu made exact -- the odd-head cells' weights carry 2^-G (not 2^22), so their
-# saturating products I * 2^-22 * w' * 2^-G sit at the max form's scale, I * w' * 2^-(G + 22), and
-# every fast group's sums take gscale back at the store (the float32 consumers of the fused bodies
-# with several chunks; the canonical and one-chunk forms unchanged). Exact to the tolerance, as
-# the max form is (the same products, kI8WeightSpread keeping them normal).
-EDITS["relumix"] = EDITS["halfalu"] + [
-    ("    const int shift = S::RELU_ALU ? 127 - g : 22;\n#pragma unroll 1\n    for (int n = ct; n < S::N; n += S::CT) {\n"
-     "      float& w = sm.wfast[S::wslot(n)];\n      w = w == 0.0f ? 0.0f : __int_as_float(__float_as_int(w) + (shift << 23));\n",
-     "    const int shift = S::RELU_ALU ? 127 - g : 22;\n#pragma unroll 1\n    for (int n = ct; n < S::N; n += S::CT) {\n"
-     "      float& w = sm.wfast[S::wslot(n)];\n      const int sh = CANON || S::RELU_ALU ? shift : (n & 1) ? -g : 127 - g;  // relumix\n"
-     "      w = w == 0.0f ? 0.0f : __int_as_float(__float_as_int(w) + (sh << 23));\n"),
-    ("    if constexpr (S::RELU_ALU) v = fmul_rn(v, gscale);\n", "    if constexpr (S::RELU_ALU || !CANON) v = fmul_rn(v, gscale);\n"),
-    ("        if constexpr (S::RELU_ALU) h[i] = fmul_rn(h[i], gscale);\n", "        h[i] = fmul_rn(h[i], gscale);  // relumix: RS2 is never CANON\n"),
-]
-
-# nextmbtab: the next M block's inputs read one unit ahead -- in the last unit of M block ml (after
-# its wgmma is issued, before the wait for the unit before it and that unit's epilogue), the
-# offsets' shuffles, the store factor and the raw key bytes of M block ml + 1, and its two
-# conversion tables; M block ml + 1's first unit then converts at once. ncu on r4w12's Prefill
-# stage (fifty-fifth session) has the consumers waiting on exactly these reads just before the
-# conversion (the first LOP3 on the raw LDS.128, the SHF on the offsets' SHFL.IDX: ~2.8% of all
-# samples, most of them cycles the SMSP issued nothing) and not on the tensor core. The span's
-# first M block keeps today's order; the ring slot is still released at the last M block's first
-# unit, after its read (now a unit earlier). Costs registers across one epilogue (raw 8, tables 8,
-# shifts 2). nextmb: the same without the tables (read at the conversion, their address ready).
-_MB_TOP = ("      if (ch == 0) {\n        const uint32_t off = pick(offsets, mb >> 1);\n        int d[2];\n#pragma unroll\n"
-           "        for (int k = 0; k < 2; ++k)  // block t's offset: 0..2 on every scored key\n"
-           "          d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;\n"
-           "        scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));  // the key this lane stores\n"
-           + _RAW_NOW + _RELEASE_CONVERT + "      }\n")
-
-
-def _block_inputs(pad: str, nxt: bool, tables: bool, scale: bool) -> str:
-    """Source lines that read M block ml (nxt: ml + 1) of the span's inputs: its shifts into d (dn),
-    its store factor, its raw bytes and, with tables, its two conversion tables into tn."""
-    m, b, v = ("ml + 1", "mb + 1", "dn") if nxt else ("ml", "mb", "d")
-    out = (f"{pad}const uint32_t off = pick(offsets, ({b}) >> 1);\n#pragma unroll\n"
-           f"{pad}for (int k = 0; k < 2; ++k) {v}[k] = int(quad_get(off, judge({m}, k)) >> (8 * t)) & 3;\n")
-    if scale:
-        out += f"{pad}scale[({m}) & 1] = quad_get(pick(factor, ({b}) >> 1), judge({m}, t & 1));\n"
-    out += f"{pad}load_raw(raw_base, {b}, raw);\n" if nxt else f"{pad}if (mb > 0) load_raw(raw_base, mb, raw);\n"
-    if tables:
-        out += "".join(f"{pad}tn[{i}] = KEY_SIGNED ? sm.tables[{v}[{i}]] : sm.ktables[{v}[{i}]];\n" for i in range(2))
-    return out
-
-
-# k-slice j of a key operand from raw bytes and two tables already read (nextmbtab, spreadconv)
-_SLICE_FN = ("  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1\n",
-             "  OPUS_DEV void convert_slice(const uint4 (&raw)[2], const I8Table (&tb)[2], int j, uint32_t (&a)[4][4]) const {\n"
-             "    const uint32_t w0[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w}, w1[4] = {raw[1].x, raw[1].y, raw[1].z, raw[1].w};\n"
-             "    if constexpr (KEY_SIGNED) {\n"
-             "      i8_word(w0[j], tb[0], a[j][0], a[j][2]);\n      i8_word(w1[j], tb[1], a[j][1], a[j][3]);\n"
-             "    } else {\n      i8_key_word(w0[j], tb[0], ones, a[j][0], a[j][2]);\n      i8_key_word(w1[j], tb[1], ones, a[j][1], a[j][3]);\n    }\n  }\n"
-             "  // The fast path's key operand: biased unsigned bytes (i8_key_word), block t's shift d0 / d1\n")
-
-
-def _nextmb(tables: bool) -> list:
-    convert = ("#pragma unroll\n        for (int j = 0; j < 4; ++j) convert_slice(raw, tn, j, afr[ml & 1]);\n" if tables
-               else "        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n")
-    top = ("      if (ch == 0) {\n        int d[2];\n        if (ml == 0) {  // the span's first M block: its inputs here\n"
-           + _block_inputs("          ", False, tables, True)
-           + "        } else {\n          d[0] = dn[0];\n          d[1] = dn[1];\n        }\n"
-           "        if (mb == S::MB - 1) release(empty);  // the stage's last read (a unit ago, or just above)\n"
-           + convert + "      }\n")
-    nxt = ("      if (ch == S::CHUNKS - 1 && ml + 1 < SPAN) {  // nextmb: M block mb + 1's inputs\n"
-           + _block_inputs("        ", True, tables, True) + "      }\n")
-    edits = [
-        ("    bool pending = false;  // a compile-time fact of each unrolled unit\n",
-         "    bool pending = false;  // a compile-time fact of each unrolled unit\n    int dn[2] = {0, 0};  // nextmb\n"
-         + ("    I8Table tn[2];\n" if tables else "")),
-        (_MB_TOP, top),
-        ("      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n      if (u > 0) {\n",
-         "      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n" + nxt + "      if (u > 0) {\n"),
-    ]
-    return edits + ([_SLICE_FN] if tables else [])
-EDITS["nextmbtab"] = _nextmb(True)
-EDITS["nextmb"] = _nextmb(False)
-
-# spreadconv: the next M block's conversion spread over the current one's units -- its offsets'
-# shuffles, raw bytes and two tables read at the M block's first unit, and in each unit, after
-# the wait for the unit before it, 4 / CHUNKS of its k-slices converted (r4w12: one a unit; the
-# one-chunk kernels convert all four a unit ahead), so the ALU pipe's conversion burst (~470
-# instructions a warp a stage at two cycles each, in four bursts with both warps of an SMSP in
-# them at once; ncu, fifty-fifth session: its fixed-latency waits and math-pipe throttles are the
-# stage loop's largest cause of idle issue slots) runs beside each unit's FP32 epilogue instead.
-# afr[(ml + 1) & 1] last fed M block ml - 1, whose last unit has retired by the first write. The
-# span's first M block converts whole, as today. Costs registers across an M block (raw 8,
-# tables 8).
-_SPREAD_TOP = ("      if (ch == 0) {\n        if (ml == 0) {  // spreadconv: the span's first M block, whole\n"
-               "          int d[2];\n" + _block_inputs("          ", False, False, False)
-               + "          if (mb == S::MB - 1) release(empty);\n"
-               "          convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n"
-               "        } else if (mb == S::MB - 1) {\n          release(empty);  // its bytes were read an M block ago\n        }\n"
-               "        scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));  // the key this lane stores\n"
-               "        if (ml + 1 < SPAN) {  // M block ml + 1's inputs, converted a slice a unit below\n"
-               "          int dn[2];\n" + _block_inputs("          ", True, True, False) + "        }\n      }\n")
-_UNIT_WAIT = ("      wgmma_commit();\n      if (u > 0) {\n        float wv[S::NT][2];\n        unit_weights((u - 1) % S::CHUNKS, wv);\n"
-              "        retired<1>(acc[(u - 1) & 1]);\n        pending = unit_rows(u - 1, wv, pend);\n        pend_u = u - 1;\n      }\n")
-_SPREAD_TAIL = (_UNIT_WAIT +
-                "      if (ml + 1 < SPAN) {  // spreadconv: M block ml + 1's k-slices of this unit\n"
-                "        constexpr int PER = S::CHUNKS >= 4 ? 1 : 4 / S::CHUNKS;\n#pragma unroll\n"
-                "        for (int j = ch * PER; j < ch * PER + PER; ++j)\n"
-                "          if (j < 4) convert_slice(raw, tn, j, afr[(ml + 1) & 1]);\n      }\n")
-EDITS["spreadconv"] = [
-    ("    bool pending = false;  // a compile-time fact of each unrolled unit\n",
-     "    bool pending = false;  // a compile-time fact of each unrolled unit\n    I8Table tn[2];  // spreadconv\n"),
-    (_MB_TOP, _SPREAD_TOP),
-    (_UNIT_WAIT, _SPREAD_TAIL),
-    _SLICE_FN,
-]
-
 # no weight-spread term in the fast rule (only the max relu needs it: with relusat, the simpler
 # tree; alone, wrong bits for groups spanning more than 104 binades, which the harness has none of)
 EDITS["nospread"] = [("    const bool fast = cols_fast && wexp_g - wlo_g <= kI8WeightSpread;  // uniform\n",
@@ -869,39 +541,6 @@ EDITS["nospread"] = [("    const bool fast = cols_fast && wexp_g - wlo_g <= kI8W
 EDITS["nc128"] = [("  static constexpr int NC = N < 64 ? N : 64;       // columns of one wgmma\n",
                    "  static constexpr int NC = N < 128 ? N : 128;     // columns of one wgmma\n"),
                   ("sm90_ptx.cuh", "#undef OPUS_IGMMA0_BOTH\n", _W128)]
-# ssplace on the signed keys (KEY_SIGNED bodies only: r4w12 and r2w12 at 64 heads, ids 18 and 17;
-# elsewhere its logits are wrong): the M block's converted operand stored to the consumer's own
-# tile as ssplace does, the four k-slices read from it (SS), the first starting the accumulator --
-# no bias slice, so every wgmma of the fast path is SS, as DeepGEMM's are. ssplace lost 17-28% on
-# the biased keys in decode (thirteenth session); this asks it in Prefill, where one conversion feeds
-# four chunks and the parts add (forty-seventh session)
-_SS_START = """// ssplacesigned: an SS m64n64k32 on signed bytes that starts D (scale-d 0)
-struct WgmmaI8SSStart {
-  static OPUS_DEV void run(int32_t (&d)[32], uint64_t a, uint64_t b) {
-    asm volatile("{\\n.reg .pred p;\\nsetp.ne.u32 p, 0, 0;\\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p;\\n}\\n"
-                 : OPUS_W32(d, 0)
-                 : "l"(a), "l"(b));
-  }
-};
-
-#undef OPUS_IGMMA0_BOTH
-"""
-EDITS["ssplacesigned"] = EDITS["ssplace"][:2] + [
-    ("      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n",
-     "      {\n"
-     "        const int cu = __shfl_sync(0xFFFFFFFFu, c, 0);  // uniform, so the descriptor can live in uniform registers\n"
-     "        const uint64_t ad = smem_desc_at(kI8SmemBase + uint32_t(offsetof(Sm, atile)) + uint32_t((cu * 2 + (ml & 1)) * sizeof(sm.atile[0][0])), 128, 256);\n"
-     "        WgmmaI8SSStart::run(acc[u & 1], ad, b_desc(0, ch));\n"
-     "#pragma unroll\n"
-     "        for (int j = 1; j < 4; ++j) WgmmaI8<S::NC>::run_ss(acc[u & 1], ad + uint64_t((j * 2048) >> 4), b_desc(j, ch));\n"
-     "      }\n"),
-    ("sm90_ptx.cuh", "#undef OPUS_IGMMA0_BOTH\n", _SS_START)]
-# ssplace with its barrier left out (timing only: a warp may read another's rows before they are
-# written), to read the barrier's share of its cost
-EDITS["ssplacenobar"] = [(old, new.replace("          bar_sync(2 + c, 128);\n", "")) for old, new in EDITS["ssplace"]]
 # the group set-up's operand loop unrolled at every size (before the fifteenth session, the rolled
 # loop was only measured in Free mode: this is the check for Prefill, whose CTAs set up a group
 # for every piece)
@@ -987,206 +626,6 @@ EDITS["boundary"] = EDITS["ctaends"] + [
      "        " + _BND + "0] = cons.nstages;\n        " + _BND + "1] = cons.cyc_wait;\n"
      "        " + _BND + "2] = cons.cyc_vote;\n        " + _BND + "3] = cons.cyc_head;\n"
      "        " + _BND + "4] = cons.cyc_tail;\n        " + _BND + "5] = stamp_now();\n      }\n"),
-]
-# Every stage voted and its first M block converted into afr[0] ahead: a piece's first after its
-# set-up, each later one under the previous stage's last wgmma (afr[0]'s last M block has retired
-# by then): the boundary's vote and head (sixteenth session: ~0.45 us a consumer stage, latency,
-# not issue) under the last unit's wgmma and epilogue, with no wgmma in flight across the stage
-# loop's edge. Exact. Not the SPLIT body.
-EDITS["voteahead"] = [
-    ((
-     '  OPUS_DEV void stage(int n0) {\n'
-     '    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n'
-     '    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n'
-     '    khi = sm.keys[c].khi;\n'
-     '    const Stage& st = sm.stage[c][ring.slot];\n'
-     '    uint64_t* const empty = &sm.empty[c][ring.slot];\n'
-     '    const uint8_t* raw_base = st.raw + raw_offset();\n'
-     "    uint4 raw[2];  // M block 0's bytes, read first: both paths convert them first\n"
-     '    load_raw(raw_base, 0, raw);\n'),
-     (
-     '  // Every stage is voted, and its first M block converted into afr[0], ahead of its turn: a\n'
-     "  // piece's first stage after the group set-up, each later one under the previous stage's last\n"
-     '  // wgmma (docs/perf-notes.md, sixteenth session: a stage boundary cost a consumer ~0.45 us).\n'
-     '  bool nfast = false;\n'
-     '  uint32_t noff[S::VK];\n'
-     '  float nfac[S::VK];\n'
-     "  int next_n0 = -1;  // the piece's next stage, -1: none\n"
-     "  // The vote of the stage in ring slot `slot` at n0: M block 0's bytes into raw, the verdict,\n"
-     "  // and (fast) each judged key's offsets and factor.\n"
-     '  OPUS_DEV bool vote_stage(int slot, uint32_t phase, int n0, uint4 (&raw)[2], uint32_t (&offsets)[S::VK],\n'
-     '                           float (&factor)[S::VK]) {\n'
-     '    mbar_wait(&sm.full[c][slot], phase);\n'
-     '    const int vbeg = sm.keys[c].vbeg, vend = sm.keys[c].vend;\n'
-     '    khi = sm.keys[c].khi;\n'
-     '    const Stage& st = sm.stage[c][slot];\n'
-     '    load_raw(st.raw + raw_offset(), 0, raw);\n')),
-    ((
-     '    if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);\n'
-     '    if (fast) {\n'
-     '      uint32_t offsets[S::VK];\n'
-     '      float factor[S::VK];\n'
-     '#pragma unroll\n'
-     '      for (int v = 0; v < S::VK; ++v) {\n'
-     '        offsets[v] = i8_key_offsets(my_scale[v], my_kmin[v]);\n'
-     '        factor[v] = i8_key_factor(my_kmin[v]);\n'
-     '      }\n'
-     '      stage_stores(n0);\n'
-     '      fast_stage(raw_base, raw, offsets, factor, n0, empty);\n'
-     '    } else {\n'
-     '      canonical_stage(st, raw_base, raw, n0, empty);\n'
-     '    }\n'
-     '  }\n'),
-     (
-     '#pragma unroll\n'
-     '    for (int v = 0; v < S::VK; ++v) {\n'
-     '      offsets[v] = i8_key_offsets(my_scale[v], my_kmin[v]);\n'
-     '      factor[v] = i8_key_factor(my_kmin[v]);\n'
-     '    }\n'
-     '    return fast;\n'
-     '  }\n'
-     '  // The stage at next_n0 (in ring position nx) voted, and its first M block converted into\n'
-     '  // afr[0] on every path (a register of a wgmma defined on a divergent path makes ptxas serialize\n'
-     "  // them all: C7520); a canonical stage converts its own. Under the last unit's wgmma of a\n"
-     "  // stage's last span afr[0] is free (its last M block, MB - 2, has retired).\n"
-     '  OPUS_DEV void vote_ahead(const RingPos<S::STAGES>& nx) {\n'
-     "    uint4 nraw[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};  // M block 0's bytes, not kept: a canonical stage reads them again\n"
-     '    if (next_n0 >= 0) nfast = vote_stage(nx.slot, nx.phase, next_n0, nraw, noff, nfac);\n'
-     '    const uint32_t off = noff[0];\n'
-     '    int d[2];\n'
-     '#pragma unroll\n'
-     '    for (int k = 0; k < 2; ++k) d[k] = int(quad_get(off, judge(0, k)) >> (8 * t)) & 3;\n'
-     '    convert_fast(nraw[0], nraw[1], d[0], d[1], afr[0]);\n'
-     '#pragma unroll\n'
-     '    for (int j = 0; j < 4; ++j)\n'
-     '#pragma unroll\n'
-     "      for (int k = 0; k < 4; ++k) pin(afr[0][j][k]);  // made here: not sunk into the next wgmma's block\n"
-     '  }\n'
-     '  OPUS_DEV void vote_next() {\n'
-     '    RingPos<S::STAGES> nx = ring;\n'
-     '    nx.advance();\n'
-     '    vote_ahead(nx);\n'
-     '  }\n'
-     '\n'
-     '  OPUS_DEV void stage(int n0) {\n'
-     '    const Stage& st = sm.stage[c][ring.slot];\n'
-     '    uint64_t* const empty = &sm.empty[c][ring.slot];\n'
-     '    const uint8_t* raw_base = st.raw + raw_offset();\n'
-     '    uint4 raw[2];\n'
-     '    uint32_t offsets[S::VK];\n'
-     '    float factor[S::VK];\n'
-     '    const bool fast = nfast;  // voted ahead\n'
-     '#pragma unroll\n'
-     '    for (int v = 0; v < S::VK; ++v) {\n'
-     '      offsets[v] = noff[v];\n'
-     '      factor[v] = nfac[v];\n'
-     '    }\n'
-     "    load_raw(raw_base, 0, raw);  // M block 0's bytes again (the canonical path reads them; the fast path's are converted)\n"
-     '    if (count_paths) atomicAdd(&args.path_stats[fast ? 0 : 1], 1ull);\n'
-     '    if (fast) {\n'
-     '      stage_stores(n0);\n'
-     '      fast_stage(raw_base, raw, offsets, factor, n0, empty);\n'
-     '    } else {\n'
-     '      canonical_stage(st, raw_base, raw, n0, empty);\n'
-     "      vote_next();  // the next stage voted at this one's end (nothing to hide it under)\n"
-     '    }\n'
-     '  }\n')),
-    ((
-     "        if (mb == S::MB - 1) release(empty);  // the stage's last read\n"
-     '        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n'
-     '      }'),
-     (
-     "        if (mb == S::MB - 1) release(empty);  // the stage's last read\n"
-     '        if (mb > 0) {  // M block 0: converted ahead\n'
-     '          convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n'
-     '#pragma unroll\n'
-     '          for (int j = 0; j < 4; ++j)\n'
-     '#pragma unroll\n'
-     "            for (int k = 0; k < 4; ++k) pin(afr[ml & 1][j][k]);  // made before the unit's stores (ptxas: C7520)\n"
-     '        }\n'
-     '      }')),
-    ((
-     '    float wv[S::NT][2];\n'
-     '    unit_weights((U - 1) % S::CHUNKS, wv);\n'
-     '    retired<0>(acc[(U - 1) & 1]);\n'
-     '    if (pending) store_unit(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1], mb0);'),
-     (
-     '    if (sp == S::MB / SPAN - 1) vote_next();\n'
-     '    float wv[S::NT][2];\n'
-     '    unit_weights((U - 1) % S::CHUNKS, wv);\n'
-     '    retired<0>(acc[(U - 1) & 1]);\n'
-     '    if (pending) store_unit(pend_u, pend, n0, scale[(pend_u / S::CHUNKS) & 1], mb0);')),
-    ((
-     '    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c; n0 < kend; n0 += S::KEYS * CONS, ring.advance()) {\n'
-     '      if constexpr (SPLIT)\n'
-     '        stage_split(n0);\n'
-     '      else\n'
-     '        stage(n0);\n'
-     '    }'),
-     (
-     '    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c; n0 < kend; n0 += S::KEYS * CONS, ring.advance()) {\n'
-     '      if constexpr (SPLIT) {\n'
-     '        stage_split(n0);\n'
-     '      } else {\n'
-     '        next_n0 = n0 + S::KEYS * CONS < kend ? n0 + S::KEYS * CONS : -1;\n'
-     '        stage(n0);\n'
-     '      }\n'
-     '    }')),
-    (_SKIP + (
-     '    setup_group(p, gbeg, gend, kbeg);\n'
-     '#pragma unroll 1\n'
-     '    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;'),
-     _SKIP + (
-     '    setup_group(p, gbeg, gend, kbeg);\n'
-     '    if constexpr (!SPLIT) {\n'
-     '      const int first = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;\n'
-     '      next_n0 = first < kend ? first : -1;\n'
-     '      vote_ahead(ring);\n'
-     '    }\n'
-     '#pragma unroll 1\n'
-     '    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c;')),
-]
-# voteahead, and the next span's first unit issued ahead: at the end of every span the next
-# span's first M block (of this stage, or of the next stage at the stage's last span, voted there)
-# is converted into afr[0] (free once unit U - 2 has retired) and its first unit issued into
-# acc[0], so its wgmma runs under this span's last epilogue and stores, and every span skips its
-# own unit 0 (a compile-time skip, in r4w12's rolled spans too). Retired after those stores,
-# before the loop's edge: ptxas serializes every wgmma when one in flight across the edge has its
-# accumulator read after it (C7514; r1w16 also ran out of registers so, C7512). Issued on every
-# path (a wgmma on one branch only serializes them all): at a piece's start and after a canonical
-# stage it has nothing to run under, after a piece's last stage it is waste. Exact.
-EDITS["spanahead"] = EDITS["voteahead"] + [
-    ("  OPUS_DEV void vote_next() {\n",
-     "  // M block mb of this stage (the next span's first) into afr[0]\n"
-     "  OPUS_DEV void convert_ahead(const uint8_t* raw_base, const uint32_t (&offsets)[S::VK], int mb) {\n"
-     "    uint4 r[2];\n    load_raw(raw_base, mb, r);\n    const uint32_t off = pick(offsets, mb >> 1);\n"
-     "    int d[2];\n#pragma unroll\n    for (int k = 0; k < 2; ++k) d[k] = int(quad_get(off, judge(0, k)) >> (8 * t)) & 3;\n"
-     "    convert_fast(r[0], r[1], d[0], d[1], afr[0]);\n#pragma unroll\n    for (int j = 0; j < 4; ++j)\n"
-     "#pragma unroll\n      for (int k = 0; k < 4; ++k) pin(afr[0][j][k]);\n  }\n"
-     "  // the unit of afr[0], chunk 0, into acc[0]\n"
-     "  OPUS_DEV void issue_ahead() {\n    wgmma_fence();\n    mma_chunk_fast<S::NC>(acc[0], afr[0], 0);\n    wgmma_commit();\n  }\n"
-     "  OPUS_DEV void vote_next() {\n"),
-    ("        if (mb > 0) load_raw(raw_base, mb, raw);  // M block 0's bytes came with the vote\n",
-     "        if (ml > 0) load_raw(raw_base, mb, raw);  // a span's first M block: converted ahead\n"),
-    ("        if (mb > 0) {  // M block 0: converted ahead\n", "        if (ml > 0) {  // a span's first M block: converted ahead\n"),
-    ("      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n      wgmma_fence();\n"
-     "      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n      wgmma_commit();\n",
-     "      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n"
-     "      if (u > 0) {  // unit 0 of the span: issued ahead\n        wgmma_fence();\n"
-     "        mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n        wgmma_commit();\n      }\n"),
-    ("    if (sp == S::MB / SPAN - 1) vote_next();\n    float wv[S::NT][2];\n    unit_weights((U - 1) % S::CHUNKS, wv);\n"
-     "    retired<0>(acc[(U - 1) & 1]);\n",
-     "    static_assert(U % 2 == 0, \"the next span's unit 0 takes acc[0]: the last unit holds acc[1]\");\n"
-     "    if (sp == S::MB / SPAN - 1)\n      vote_next();  // the next stage's M block 0 into afr[0]\n"
-     "    else\n      convert_ahead(raw_base, offsets, mb0 + SPAN);\n    issue_ahead();\n"
-     "    float wv[S::NT][2];\n    unit_weights((U - 1) % S::CHUNKS, wv);\n    retired<1>(acc[(U - 1) & 1]);\n"),
-    ("    if (unit_rows(U - 1, wv, rs)) store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);\n  }\n",
-     "    if (unit_rows(U - 1, wv, rs)) store_unit(U - 1, rs, n0, scale[(SPAN - 1) & 1], mb0);\n"
-     "    wgmma_wait<0>();  // the unit issued ahead, run under these stores\n  }\n"),
-    ("      canonical_stage(st, raw_base, raw, n0, empty);\n      vote_next();  // the next stage voted at this one's end (nothing to hide it under)\n",
-     "      canonical_stage(st, raw_base, raw, n0, empty);\n      vote_next();  // the next stage voted at this one's end (nothing to hide it under)\n"
-     "      issue_ahead();\n      wgmma_wait<0>();\n"),
-    ("      vote_ahead(ring);\n    }\n", "      vote_ahead(ring);\n      issue_ahead();\n      wgmma_wait<0>();  // nothing to run it under at a piece's start\n    }\n"),
 ]
 # the rolled operand loop in Prefill too (the fifteenth session's kernel, before the launch's mode
 # picked the body), in the kernels without COL_SETUP; r4w12 -3.2% at 4096 x 4096 before COL_SETUP
@@ -1533,14 +972,10 @@ EDITS["acc1"] = [("    constexpr int U = SPAN * S::CHUNKS;  // units of a span\n
                   "      float scale[2] = {0.0f, 0.0f};\n"
                   "      auto prep = [&](int ml) {\n"
                   "        const int mb = mb0 + ml;\n"
-                  "        const uint32_t off = pick(offsets, mb >> 1);\n"
-                  "        int d[2];\n"
-                  "#pragma unroll\n"
-                  "        for (int k = 0; k < 2; ++k) d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;\n"
-                  "        scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));\n"
-                  "        if (mb > 0) load_raw(raw_base, mb, raw);\n"
+                  "        I8Table tb[2];\n"
+                  "        block_inputs(ml, mb, mb > 0, raw_base, offsets, factor, raw, tb, scale);\n"
                   "        if (mb == S::MB - 1) release(empty);\n"
-                  "        convert_fast(raw[0], raw[1], d[0], d[1], afr[ml & 1]);\n"
+                  "        convert_fast(raw, tb, afr[ml & 1]);\n"
                   "      };\n"
                   "      prep(0);\n"
                   "      float pend[RPC][2];\n"
@@ -1732,8 +1167,7 @@ def _bias_column_edits(new: str) -> list:
     return [(site, site.replace(_indent(_BIAS_COLUMN, pad), _indent(new, pad), 1)) for site, pad in _BIAS_SITES]
 
 
-# (with KEY_SIGNED's branch, which these edits keep: they measure the biased keys' bodies; viadd's
-# relu takes back a bias a KEY_SIGNED body never added: wrong there)
+# (with KEY_SIGNED's branch, which these edits keep: they measure the biased keys' bodies)
 _MMA_FAST = "  template <int NC>\n" + _MMA_FAST_HEAD + _KS_MMA
 _BIAS_START = _BIAS_OPEN + "acc, ab, b_desc(kScaleBlocks, ch));\n"
 _UNIT_MMA = "      wgmma_fence();\n      mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);\n"
@@ -1776,48 +1210,6 @@ EDITS["accinitsm"] = _accinit(
     "      const int4 v = *reinterpret_cast<const int4*>(&sm.qbias[((ch * S::NT + i) * 4 + t) * 4]);\n"
     "      ac[4 * i] = v.x;\n      ac[4 * i + 1] = v.y;\n      ac[4 * i + 2] = v.z;\n      ac[4 * i + 3] = v.w;\n    }\n")
 
-# The bias slice gone: the four k-slices alone (the first starts the accumulator), which then
-# holds the dot product plus kI8KeyBias * the column's operand sum; the relu takes the sum back
-# in one instruction, VIADDMNMX max(acc + nb, 0) with nb = -kI8KeyBias * qsum (sm_90's DPX
-# add-then-max), whose result read as a float is relu(I) * 2^-149 as the max form's (RELU_ALU)
-# is: every kernel takes that form's weight scaling. nb beside the weights: in registers where
-# they are (breg), else read from shared memory with them at each unit. Exact: the same relu(I)
-# and the same products and sums (the multiply form's kernels change only by a power of two).
-_RELU_FMA = "          part[lr][kk][e] = fmaf(relu_cell(ac[4 * i + 2 * kk + e]), wv[i][e], part[lr][kk][e]);\n"
-_UW_REGS = ("        wv[i][0] = wreg[(ch * S::NT + i) * 2];\n"
-            "        wv[i][1] = wreg[(ch * S::NT + i) * 2 + 1];\n")
-_UW_SMEM = ("        const float2 w2 = *reinterpret_cast<const float2*>(&sm.wfast[ch * S::NC + 8 * i + 2 * t]);\n")
-EDITS["viadd"] = [
-    (_WFAST, _WFAST + "  int qbias[S::N];                    // fast path: -kI8KeyBias * the column's operand sum (the relu's nb)\n"),
-    *_bias_column_edits("        if ((idx & 15) == 0) sm.qbias[n] = -int(kI8KeyBias) * qsum;\n"),
-    ("  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n",
-     "  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n  int breg[S::W_IN_REGS ? S::N / 4 : 1];\n  int nbv[S::NT][2];  // the unit's nb (unit_weights)\n"),
-    ("          for (int e = 0; e < 2; ++e) wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];\n",
-     "          for (int e = 0; e < 2; ++e) {\n"
-     "            wreg[(ch * S::NT + i) * 2 + e] = sm.wfast[ch * S::NC + 8 * i + 2 * t + e];\n"
-     "            breg[(ch * S::NT + i) * 2 + e] = sm.qbias[ch * S::NC + 8 * i + 2 * t + e];\n"
-     "          }\n"),
-    ("  OPUS_DEV void unit_weights(int ch, float (&wv)[S::NT][2]) const {\n", "  OPUS_DEV void unit_weights(int ch, float (&wv)[S::NT][2]) {\n"),
-    (_UW_REGS, _UW_REGS + "        nbv[i][0] = breg[(ch * S::NT + i) * 2];\n        nbv[i][1] = breg[(ch * S::NT + i) * 2 + 1];\n"),
-    (_UW_SMEM, _UW_SMEM + "        const int2 b2 = *reinterpret_cast<const int2*>(&sm.qbias[ch * S::NC + 8 * i + 2 * t]);\n"
-                          "        nbv[i][0] = b2.x;\n        nbv[i][1] = b2.y;\n"),
-    (_RELU_FMA, "          part[lr][kk][e] = fmaf(__int_as_float(__viaddmax_s32(ac[4 * i + 2 * kk + e], nbv[i][e], 0)), wv[i][e], part[lr][kk][e]);\n"),
-    ("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = true;\n"),
-    (_MMA_FAST + _BIAS_START + "#pragma unroll\n    for (int j = 0; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), true);\n",
-     _MMA_FAST + "    WgmmaI8<NC, true>::start(acc, a[0], b_desc(0, ch));\n#pragma unroll\n"
-     "    for (int j = 1; j < 4; ++j) WgmmaI8<NC, true>::run(acc, a[j], b_desc(j, ch), true);\n"),
-]
-
-# viaddsm: nb always read from shared memory at each unit (no registers held across the stage:
-# viadd's 16 or 32 more registers spill at r1w16 and r2w12).
-EDITS["viaddsm"] = [e for e in EDITS["viadd"] if "breg[(ch * S::NT + i) * 2 + e]" not in e[1] and "int breg[" not in e[1]
-                    and e[0] != _UW_REGS]
-EDITS["viaddsm"] += [
-    ("  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n", "  float wreg[S::W_IN_REGS ? S::N / 4 : 1];\n  int nbv[S::NT][2];  // the unit's nb (unit_weights)\n"),
-    (_UW_REGS, _UW_REGS + "        const int2 b2 = *reinterpret_cast<const int2*>(&sm.qbias[ch * S::NC + 8 * i + 2 * t]);\n"
-                          "        nbv[i][0] = b2.x;\n        nbv[i][1] = b2.y;\n"),
-]
-
 # The fast chunk's ten wgmma descriptors out of uniform registers held across the stage: ptxas
 # rematerializes each constant descriptor as two UMOV right before its IGMMA (78 of the ~900
 # instructions between r2w12's first and last fast-stage IGMMA, each IGMMA waiting on its pair); a descriptor offset by a launch value
@@ -1838,151 +1230,6 @@ EDITS["descsalt"] = [
 EDITS["storeafter"] = [
     ("      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n" + _UNIT_MMA + "      wgmma_commit();\n",
      _UNIT_MMA + "      wgmma_commit();\n      if (pending) store_unit(pend_u, pend, n0, pend_scale, mb0);\n"),
-]
-
-# The variants that give the producer warpgroup's spare warp 3 (it produces for no consumer:
-# at most three) a job: a struct for it, inserted before the consumer's banner, and the producer
-# branch that runs it over the pieces every thread walks (non-SPLIT bodies).
-_CONSUMER_BANNER = "\n// ------------------------------------------------------------------------------------ consumer\n"
-
-
-def _spare_warp_struct(name: str, comment: str, members: str) -> tuple[str, str]:
-    """The edit that inserts struct `name` (its own members and functions after the shared ones)."""
-    return (_CONSUMER_BANNER,
-            f"\n{comment}template <int R, int H, int CONS, bool SPLIT, bool UNION>\nstruct {name} {{\n"
-            "  using S = I8Shape<R, H, CONS, SPLIT>;\n  const LaunchArgs& args;\n"
-            f"  I8Smem<R, H, CONS, SPLIT, UNION>& sm;\n  int lane;\n{members}}};\n{_CONSUMER_BANNER}")
-
-
-# A variant that gives warp 3 another job takes it from the kernel's query stager.
-_NO_QSTAGE = ("  static constexpr bool QSTAGE = !SPLIT && R == 1 && H <= 64;\n",
-              "  static constexpr bool QSTAGE = false;  // warp 3 has another job here\n")
-
-
-def _spare_warp_run(name: str, var: str) -> tuple[str, str]:
-    """The edit that has warp 3 run struct `name`'s piece() over the walk, then return."""
-    return ("    if (tid / 32 >= CONS) return;\n",
-            f"    if constexpr (!SPLIT) {{\n      if (tid / 32 == 3) {{\n"
-            f"        {name}<R, H, CONS, SPLIT, UNION> {var}{{args, sm, lane}};\n"
-            f"        while (walk.next(args, R, p))\n          if (p.r1 > p.r0 && p.t1 > p.t0) {var}.piece(p);\n"
-            "        return;\n      }\n    }\n"
-            "    if (tid / 32 >= CONS) return;\n")
-
-
-# judge: the stage's vote and its keys' offsets and factors made by the producer warpgroup's
-# spare warp 3 (every consumer's stages, in order) as each stage lands, written beside the slot
-# (I8Smem::jv, joffs, jfactor) and published on a per-slot barrier (judged) the consumers wait
-# on instead of `full`: no warpgroup barrier, no scale reads or min/max in the consumers' stage;
-# the consumer compares the stage's smallest and largest scored byte with its group's bounds.
-# The same rule and verdict (exact). Non-SPLIT bodies.
-_JUDGE = _spare_warp_struct("I8Judge", '''\
-// judge (the i8_ablations variant): warp 3 of the producer warpgroup judges every consumer's
-// stages as they land: per key its block offsets and factor, per stage the scored keys' smallest
-// and largest scale byte and whether every scored key's spread is within kI8KeySpread.
-''', '''\
-  RingPos<S::STAGES> ring[CONS];
-  template <int C>
-  OPUS_DEV void stage(int n0, int vbeg, int vend) {
-    RingPos<S::STAGES>& rp = ring[C];
-    mbar_wait(&sm.full[C][rp.slot], rp.phase);
-    const uint32_t* sc = sm.stage[C][rp.slot].scale;
-    uint32_t* jo = sm.joffs[C][rp.slot];
-    float* jf = sm.jfactor[C][rp.slot];
-    int lo = 255, hi = 0;
-    bool spread = true;
-#pragma unroll 2
-    for (int i = 0; i < S::KEYS / 32; ++i) {
-      const int k = lane + 32 * i;
-      const uint32_t s = sc[k];
-      const int mn = min4(s), mx = max4(s);
-      if (uint32_t(n0 + k - vbeg) < uint32_t(vend - vbeg)) {
-        lo = imin(lo, mn);
-        hi = imax(hi, mx);
-        spread = spread && mx - mn <= kI8KeySpread;
-      }
-      jo[k] = i8_key_offsets(s, mn);
-      jf[k] = i8_key_factor(mn);
-    }
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) {
-      lo = imin(lo, __shfl_xor_sync(0xFFFFFFFFu, lo, m));
-      hi = imax(hi, __shfl_xor_sync(0xFFFFFFFFu, hi, m));
-    }
-    spread = __all_sync(0xFFFFFFFFu, spread);
-    if (lane == 0) sm.jv[C][rp.slot] = uint32_t(lo) | uint32_t(hi) << 8 | (spread ? 1u << 16 : 0u);
-    mbar_arrive(&sm.judged[C][rp.slot]);
-    rp.advance();
-  }
-  OPUS_DEV void piece(const Piece& p) {
-    int gbeg, gend;
-    group_keys<R, UNION>(args, p, gbeg, gend);
-    const int kbeg = piece_first_key(p, gbeg), kend = imin(gend, p.t1 * kBlockN);
-    if (kbeg >= kend) return;
-#pragma unroll 1
-    for (int n0 = stage_start<S::MB>(kbeg / kBlockN); n0 < kend; n0 += S::KEYS * CONS) {
-      stage<0>(n0, gbeg, gend);
-      if constexpr (CONS > 1) if (n0 + S::KEYS < kend) stage<1>(n0 + S::KEYS, gbeg, gend);
-      if constexpr (CONS > 2) if (n0 + 2 * S::KEYS < kend) stage<2>(n0 + 2 * S::KEYS, gbeg, gend);
-    }
-  }
-''')
-EDITS["judge"] = [
-    ("  uint64_t empty[CONS][S::STAGES];\n  int range[4];\n",
-     "  uint64_t empty[CONS][S::STAGES];\n  uint64_t judged[CONS][S::STAGES];\n  uint32_t jv[CONS][S::STAGES];\n"
-     "  uint32_t joffs[CONS][S::STAGES][S::KEYS];\n  float jfactor[CONS][S::STAGES][S::KEYS];\n  int range[4];\n"),
-    _JUDGE,
-    ("        mbar_init(&sm.empty[c][s], 128);  // SPLIT: the converter (fast stages) or the consumer (canonical)\n",
-     "        mbar_init(&sm.empty[c][s], 128);  // SPLIT: the converter (fast stages) or the consumer (canonical)\n"
-     "        mbar_init(&sm.judged[c][s], 32);\n"),
-    _spare_warp_run("I8Judge", "judge"),
-    _NO_QSTAGE,
-    # the consumer's stage: the judged barrier, the verdict from the judge's word
-    ("  OPUS_DEV void stage(int n0) {\n    mbar_wait(&sm.full[c][ring.slot], ring.phase);\n",
-     "  OPUS_DEV void stage(int n0) {\n    mbar_wait(&sm.judged[c][ring.slot], ring.phase);\n"
-     "    mbar_wait(&sm.full[c][ring.slot], ring.phase);  // complete already: the bulk copies' bytes seen by this thread\n"),
-    ("""    uint32_t my_scale[S::VK];
-    int my_kmin[S::VK];
-#pragma unroll
-    for (int v = 0; v < S::VK; ++v) {
-      my_scale[v] = st.scale[judged_key(v)];
-      my_kmin[v] = min4(my_scale[v]);
-    }
-""", ""),
-    ("""    if (khi > 0) {  // uniform: the group's verdict
-      bool ok = true;
-#pragma unroll
-      for (int v = 0; v < S::VK; ++v)
-        ok &= i8_key_fast(my_kmin[v], max4(my_scale[v]), n0 + judged_key(v), vbeg, vend, khi, klo);
-      fast = bar_and(2 + c, 128, ok);  // the stage's one vote: all its keys in [vbeg, vend)
-    }
-""", """    (void)vbeg;
-    (void)vend;
-    if (khi > 0) {  // uniform: the group's verdict and the judge's word
-      const uint32_t jw = sm.jv[c][ring.slot];
-      fast = (jw >> 16 & 1u) && int(jw & 0xFFu) >= klo && int(jw >> 8 & 0xFFu) <= khi;
-    }
-"""),
-    ("""      for (int v = 0; v < S::VK; ++v) {
-        offsets[v] = i8_key_offsets(my_scale[v], my_kmin[v]);
-        factor[v] = i8_key_factor(my_kmin[v]);
-      }
-""", """      for (int v = 0; v < S::VK; ++v) {
-        offsets[v] = 0u;
-        factor[v] = 0.0f;
-      }
-"""),
-    ("""        const uint32_t off = pick(offsets, mb >> 1);
-        int d[2];
-#pragma unroll
-        for (int k = 0; k < 2; ++k)  // block t's offset: 0..2 on every scored key
-          d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;
-        scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));  // the key this lane stores
-""", """        int d[2];
-#pragma unroll
-        for (int k = 0; k < 2; ++k)  // block t's offset: 0..2 on every scored key
-          d[k] = int(sm.joffs[c][ring.slot][key_of(mb, k)] >> (8 * t)) & 3;
-        scale[ml & 1] = sm.jfactor[c][ring.slot][key_of(mb, t & 1)];  // the key this lane stores
-"""),
 ]
 
 # pc4: the split charges a group's start 4 units, not 16 (args.h; the other backends' rule is not
@@ -2035,7 +1282,7 @@ EDITS["carve100"] = [("kernels.cu",
 # for two rows a chunk (I8Consumer::RS2); its pairing of one-row units at 64 heads was refuted
 # (docs/perf-notes.md, twenty-fifth session).
 # storepred (the fast stores through one predicated st.global, no branch) landed on 2026-12-05
-# (I8Consumer::PRED_STORES); nostore and storeend edit the branch form, which the kernels
+# (I8Consumer::PRED_STORES); nostore edits the branch form, which the kernels
 # outside PRED_STORES keep.
 
 # r1branch (the one-row bodies at 32 heads back to the branch form of the fast store) landed in the

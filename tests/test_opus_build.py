@@ -700,12 +700,11 @@ def test_sm90_kernels_compile_without_spills_on_their_mma():
 # loops they are -- the same binary, two more of its accesses counted:
 # opus_compile_check._local_in_loops). Since the set-up's column form (kernel_sm90_i8.cuh,
 # COL_SETUP; fifty-second session) ptxas moves a register pair through local memory in i8c's
-# four-row Prefill form's stage loops (an STL.64 and at once its LDL; 8 in all before the weights'
-# 16-byte loads, I8Shape::W_VEC, took the pair out of i8's and i8w's loops and left i8c 2) and in
-# i8c's r8 H16 body: the Prefill forms with them measured 7-12% faster on the H100 at 4096 x 4096
-# and the V4 fresh prefill than with the word body (docs/perf-notes.md); i8c r8 H16 and the narrow
-# consumers were not timed.
-I8_STAGE_LOOP_LOCAL = {("i8", 2, 64, 16, False): 50, ("i8c", 4, 64, 12, True): 2, ("i8c", 8, 16, 12, False): 7}
+# r8 H16 body's stage loops (an STL.64 and at once its LDL; i8c's four-row Prefill form had such
+# pairs too, until the weights' 16-byte loads, I8Shape::W_VEC, and the fast conversion's tables
+# read with the M block's other inputs, block_inputs, took the last of them out: fifty-fourth and
+# fifty-sixth sessions); i8c r8 H16 and the narrow consumers were not timed (docs/perf-notes.md).
+I8_STAGE_LOOP_LOCAL = {("i8", 2, 64, 16, False): 50, ("i8c", 8, 16, 12, False): 7}
 
 
 def check_i8_kernel(k: dict, what: str) -> None:

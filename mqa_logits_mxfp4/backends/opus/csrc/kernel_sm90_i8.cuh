@@ -1410,9 +1410,11 @@ struct I8Consumer {
   // conversion, not on the tensor core; ptxas then also moves the conversion up between the last
   // unit's wgmma instructions. r4w12's Prefill form 1.4-2.2% faster, r2w12 2%, r4w12's decode
   // body level (the same read ahead without the tables: 1-3% slower in Prefill). Not at one
-  // chunk, where the unit before is M block ml - 1's and its store factor shares the slot
-  // (docs/perf-notes.md, fifty-fifth and fifty-sixth sessions).
-  static constexpr bool READ_AHEAD = S::CHUNKS >= 2;
+  // chunk, where the unit before is M block ml - 1's and its store factor shares the slot, nor in
+  // the canonical and union bodies, where ptxas then moves registers through local memory inside
+  // the stage loop (i8c's four-row Prefill form 12 accesses, the union r8 bodies at 16 heads 3-4;
+  // docs/perf-notes.md, fifty-fifth and fifty-sixth sessions).
+  static constexpr bool READ_AHEAD = S::CHUNKS >= 2 && !CANON && !UNION;
   OPUS_DEV void fast_span(int sp, const uint8_t* raw_base, uint4 (&raw)[2], const uint32_t (&offsets)[S::VK],
                           const float (&factor)[S::VK], int n0, uint64_t* empty) {
     constexpr int U = SPAN * S::CHUNKS;  // units of a span
