@@ -1182,11 +1182,10 @@ struct I8Consumer {
   // Either way the products and sums are those of relu(I) * w', scaled by a power of two.
   // RELU_MIX: the even heads' cells take the max form and the odd heads' the multiply, their
   // weights w' * 2^-G, so both products are I * w' * 2^-(G + 22) and the store takes gscale back
-  // as RELU_ALU's does: half the relus on the ALU pipe's issue slots, half on the FMA pipe's. Where
-  // a card holds few CTAs the two warps an SMSP are all its work and the split shortens their
-  // chain: r4w12's decode body at 64 heads 2-6% faster at 1-16 sequences, level at 64 and 256; its
-  // Prefill form 1-2% slower and r2w12 1% slower, so only there (docs/perf-notes.md, fifty-fifth
-  // and fifty-sixth sessions).
+  // as RELU_ALU's does: half the relus on the ALU pipe's issue slots, half on the FMA pipe's. On the
+  // H100 r4w12's decode body at 64 heads 2-6% faster at 1-16 sequences, level at 64 and 256 (why
+  // only at few CTAs a card is not measured); its Prefill form 1-2% slower and r2w12 1% slower, so
+  // only there (docs/perf-notes.md, fifty-fifth and fifty-sixth sessions).
   static constexpr bool RELU_MIX = R == 4 && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;
   static constexpr bool GSCALE = S::RELU_ALU || RELU_MIX;  // the fast sums carry 2^-(G + 22)
   static OPUS_DEV float relu_cell(int32_t i, bool max_form = S::RELU_ALU) {
@@ -1408,12 +1407,12 @@ struct I8Consumer {
   // its wgmma is issued and before the wait for the unit before it, so that its first unit
   // converts at once -- ncu had the consumers waiting on these reads and shuffles just before the
   // conversion, not on the tensor core; ptxas then also moves the conversion up between the last
-  // unit's wgmma instructions. r4w12's Prefill form 1.4-2.2% faster, r2w12 2%, r4w12's decode
-  // body level (the same read ahead without the tables: 1-3% slower in Prefill). Not at one
-  // chunk, where the unit before is M block ml - 1's and its store factor shares the slot, nor in
-  // the canonical and union bodies, where ptxas then moves registers through local memory inside
-  // the stage loop (i8c's four-row Prefill form 12 accesses, the union r8 bodies at 16 heads 3-4;
-  // docs/perf-notes.md, fifty-fifth and fifty-sixth sessions).
+  // unit's wgmma instructions. On the H100 r4w12's Prefill form 2.3-2.5% faster, r2w12 2.3%,
+  // r4w12's decode body and r8w12 level (the same read ahead without the tables: 1-3% slower in
+  // Prefill). Not at one chunk, where the unit before is M block ml - 1's and its store factor
+  // shares the slot, nor in the canonical and union bodies, where ptxas then moves registers
+  // through local memory inside the stage loop (i8c's four-row Prefill form 12 accesses, the union
+  // r8 bodies at 16 heads 3-4; docs/perf-notes.md, fifty-fifth and fifty-sixth sessions).
   static constexpr bool READ_AHEAD = S::CHUNKS >= 2 && !CANON && !UNION;
   OPUS_DEV void fast_span(int sp, const uint8_t* raw_base, uint4 (&raw)[2], const uint32_t (&offsets)[S::VK],
                           const float (&factor)[S::VK], int n0, uint64_t* empty) {
