@@ -36,6 +36,8 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,biasedkeys --table \\
         --jobs '18 4 64 8192;18 4 64 32768'   # r4w12's signed keys (KEY_SIGNED) against the biased
     python3 scripts/i8_ablations.py --apply prefetchq   # land an exact variant the H200 measured (then the GPU suite)
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,prior --prior HEAD~3 --ids 18,17 --table \
+        --jobs '18 4 8 32768;17 2 64 32768'   # a landed change: this checkout against the kernel tree of a commit
 
 Each variant is exact text edits of kernel_sm90_i8.cuh; an edit whose text is no longer there
 stops the script (the kernel changed: update the edit). A variant that ptxas builds with
@@ -1373,6 +1375,17 @@ def apply_edits(tree: Path, variant: str) -> None:
             path.write_text(src.replace(old, new))
 
 
+def prior_csrc(out: Path, rev: str) -> Path:
+    """The kernel files as they were at git commit `rev`, unpacked under out/prior-src (--prior)."""
+    old = out / "prior-src"
+    shutil.rmtree(old, ignore_errors=True)
+    old.mkdir(parents=True)
+    rel = CSRC.relative_to(ROOT).as_posix()
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, rel], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(old)], input=tar, check=True)
+    return old / rel
+
+
 def make_tree(out: Path, variant: str, ids: list[int], csrc: Path = CSRC, heads: int = 64) -> Path:
     tree = out / variant
     shutil.rmtree(tree, ignore_errors=True)
@@ -1480,6 +1493,8 @@ def main() -> int:
                     "decode schedule)")
     ap.add_argument("--csrc", type=Path, default=CSRC, help="the kernel tree to start from (default: this checkout's; "
                     "e.g. an older commit's, from `git archive`)")
+    ap.add_argument("--prior", metavar="REV", help="the variant `prior`: the kernel tree as it was at git "
+                    "commit REV (to time a landed change against the tree it replaced)")
     ap.add_argument("--summarize", type=Path, metavar="LOG", help="print a run.sh log as a markdown table and stop")
     a = ap.parse_args()
     if a.summarize:
@@ -1494,13 +1509,16 @@ def main() -> int:
     if a.out is None:
         ap.error("--out is required (unless --apply)")
     variants = [v for v in a.variants.split(",") if v]
-    unknown = [v for v in variants if v not in VARIANTS]
+    unknown = [v for v in variants if v not in VARIANTS and not (v == "prior" and a.prior)]
     if unknown:
-        ap.error(f"unknown variants {unknown}")
+        ap.error(f"unknown variants {unknown}" + (" (`prior` needs --prior)" if "prior" in unknown else ""))
     jobs = [(int(i), shape.strip()) for i, shape in (j.split(maxsplit=1) for j in a.jobs.split(";") if j.strip())]
     ids = sorted({i for i, _ in jobs}) if jobs else [int(i) for i in a.ids.split(",")]
     (a.out / "bin").mkdir(parents=True, exist_ok=True)
-    trees = {v: make_tree(a.out, v, ids, a.csrc, a.heads) for v in variants}
+    csrc = {v: a.csrc for v in variants}
+    if "prior" in variants:
+        csrc["prior"] = prior_csrc(a.out, a.prior)
+    trees = {v: make_tree(a.out, v, ids, csrc[v], a.heads) for v in variants}
     with ThreadPoolExecutor(max_workers=2) as pool:
         for line in pool.map(lambda v: build(a.out, v, trees[v]), variants):
             print(line)

@@ -59,6 +59,30 @@ def test_ablation_variant_applies(variant, tmp_path):
         assert _changed(tree, base), f"{variant}: its edits changed no kernel text"
 
 
+def test_ablation_prior_tree_is_the_commits_kernel_files(tmp_path):
+    """--prior REV unpacks the kernel files of commit REV: each equals git's blob at that commit, and
+    a commit before the i8 body's READ_AHEAD lacks it (the tree is the commit's, not the checkout's)."""
+    if not (ABL.ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    rel = ABL.CSRC.relative_to(ABL.ROOT).as_posix()
+
+    def blob(rev: str, name: str) -> bytes:
+        return subprocess.run(["git", "-C", str(ABL.ROOT), "show", f"{rev}:{rel}/{name}"], capture_output=True,
+                              check=True).stdout
+
+    tree = ABL.prior_csrc(tmp_path, "HEAD")
+    names = sorted(f.name for f in tree.iterdir())
+    assert "kernel_sm90_i8.cuh" in names
+    for name in names:
+        assert (tree / name).read_bytes() == blob("HEAD", name), name
+    first = subprocess.run(["git", "-C", str(ABL.ROOT), "log", "--format=%H", "-S", "READ_AHEAD", "--reverse", "--",
+                            f"{rel}/kernel_sm90_i8.cuh"], capture_output=True, text=True, check=True).stdout.split()
+    if not first:
+        pytest.skip("a shallow history without the commit that added READ_AHEAD")
+    old = ABL.prior_csrc(tmp_path / "old", first[0] + "~1")
+    assert "READ_AHEAD" not in (old / "kernel_sm90_i8.cuh").read_text()
+
+
 def test_ablation_row_added_by_a_variant_survives_the_trim(tmp_path):
     tree = ABL.make_tree(tmp_path, "splitr2", [17, 33])
     assert _rows(tree) == [17, 33]
