@@ -32,8 +32,9 @@
 //             is copied key by key with cp.async instead.)
 //   consumer  per piece: the group's query operand, weights and factors into shared memory;
 //             per stage: the scales, one warpgroup vote on the path, then the four 64-key M
-//             blocks, each one's key bytes read from the stage just before it is converted (the
-//             stage is released after the last M block's read); on the fast path per M block and
+//             blocks, each one's key bytes read from the stage just before it is converted, or
+//             on the fused fast path during the M block before (READ_AHEAD; the stage is released
+//             after the last M block's read); on the fast path per M block and
 //             64-column chunk: convert, wgmma, and the previous unit's epilogue and store while
 //             this one's wgmma runs.
 //   UNION     the union body (family i8u): the same roles on the union of a sequence's gather
@@ -1359,11 +1360,11 @@ struct I8Consumer {
   // The fast path of a stage. raw: M block 0's key bytes (read before the vote); offsets[v] /
   // factor[v]: the block offsets from the smallest scale byte (one byte each) and 2^(kmin - 129)
   // of this lane's v-th judged key, handed to the quad lanes that convert and store it. Each later
-  // M block's bytes are read just before its conversion, and the stage is released after the
-  // last one's read. The stage runs as spans of SPAN M blocks (FAST_SPAN; WHOLE: one span of them
-  // all, I8Shape::PREFILL_WHOLE): a span's units are unrolled, the spans a rolled loop, and each
-  // span drains its wgmma before the next (a wgmma in flight across a loop's edge makes ptxas
-  // serialize every wgmma of the kernel: C7514/C7518).
+  // M block's bytes are read just before its conversion (READ_AHEAD: in the M block before's last
+  // unit), and the stage is released after the last one's read. The stage runs as spans of SPAN
+  // M blocks (FAST_SPAN; WHOLE: one span of them all, I8Shape::PREFILL_WHOLE): a span's units are
+  // unrolled, the spans a rolled loop, and each span drains its wgmma before the next (a wgmma in
+  // flight across a loop's edge makes ptxas serialize every wgmma of the kernel: C7514/C7518).
   static constexpr int SPAN = WHOLE ? S::MB : S::FAST_SPAN;
   static_assert(SPAN % 2 == 0 && S::MB % SPAN == 0, "spans of whole pairs of M blocks");
   OPUS_DEV void fast_stage(const uint8_t* raw_base, uint4 (&raw)[2], const uint32_t (&offsets)[S::VK],
