@@ -975,7 +975,7 @@ EDITS["acc1"] = [("    constexpr int U = SPAN * S::CHUNKS;  // units of a span\n
                   "      auto prep = [&](int ml) {\n"
                   "        const int mb = mb0 + ml;\n"
                   "        I8Table tb[2];\n"
-                  "        block_inputs(ml, mb, mb > 0, raw_base, offsets, factor, raw, tb, scale);\n"
+                  "        block_inputs(ml, mb, raw_base, offsets, factor, raw, tb, scale);\n"
                   "        if (mb == S::MB - 1) release(empty);\n"
                   "        convert_fast(raw, tb, afr[ml & 1]);\n"
                   "      };\n"

@@ -1377,17 +1377,17 @@ struct I8Consumer {
     }
   }
   // The fast path's inputs of M block mb, the span's ml-th: the store factor of the key this lane
-  // stores into scale[ml & 1], its raw bytes (with_raw; M block 0's came with the vote) and the
-  // two keys' conversion tables for block t's shifts (0..2 on every scored key), from the offsets'
-  // quad shuffles.
-  OPUS_DEV void block_inputs(int ml, int mb, bool with_raw, const uint8_t* raw_base, const uint32_t (&offsets)[S::VK],
+  // stores into scale[ml & 1], its raw bytes (M block 0's came with the vote) and the two keys'
+  // conversion tables for block t's shifts (0..2 on every scored key), from the offsets' quad
+  // shuffles.
+  OPUS_DEV void block_inputs(int ml, int mb, const uint8_t* raw_base, const uint32_t (&offsets)[S::VK],
                              const float (&factor)[S::VK], uint4 (&raw)[2], I8Table (&tb)[2], float (&scale)[2]) const {
     const uint32_t off = pick(offsets, mb >> 1);
     int d[2];
 #pragma unroll
     for (int k = 0; k < 2; ++k) d[k] = int(quad_get(off, judge(ml, k)) >> (8 * t)) & 3;
     scale[ml & 1] = quad_get(pick(factor, mb >> 1), judge(ml, t & 1));
-    if (with_raw) load_raw(raw_base, mb, raw);
+    if (mb > 0) load_raw(raw_base, mb, raw);
 #pragma unroll
     for (int k = 0; k < 2; ++k) tb[k] = KEY_SIGNED ? sm.tables[d[k]] : sm.ktables[d[k]];
   }
@@ -1429,7 +1429,7 @@ struct I8Consumer {
       const int ml = u / S::CHUNKS, ch = u % S::CHUNKS, mb = mb0 + ml;  // mb & 1 == ml & 1
       const float pend_scale = scale[(pend_u / S::CHUNKS) & 1];  // before this unit's M block takes its slot
       if (ch == 0) {
-        if (!READ_AHEAD || ml == 0) block_inputs(ml, mb, mb > 0, raw_base, offsets, factor, raw, tb, scale);
+        if (!READ_AHEAD || ml == 0) block_inputs(ml, mb, raw_base, offsets, factor, raw, tb, scale);
         if (mb == S::MB - 1) release(empty);  // the stage's last read (READ_AHEAD: a unit ago, but at ml = 0)
         convert_fast(raw, tb, afr[ml & 1]);
       }
@@ -1438,7 +1438,7 @@ struct I8Consumer {
       mma_chunk_fast<S::NC>(acc[u & 1], afr[ml & 1], ch);
       wgmma_commit();
       if (READ_AHEAD && ch == S::CHUNKS - 1 && ml + 1 < SPAN)
-        block_inputs(ml + 1, mb + 1, true, raw_base, offsets, factor, raw, tb, scale);
+        block_inputs(ml + 1, mb + 1, raw_base, offsets, factor, raw, tb, scale);
       if (u > 0) {
         float wv[S::NT][2];
         unit_weights((u - 1) % S::CHUNKS, wv);
