@@ -388,6 +388,11 @@ EDITS["nowhole"] = [("  static constexpr bool PREFILL_WHOLE = !SPLIT && FAST_SPA
 EDITS["span2"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = 2;\n")]
 EDITS["relusat"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = false;\n")]
 EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = true;\n")]
+# mixany: RELU_MIX (half the heads' relus the max, half the multiply) in every fused body of two
+# chunks and up at any head count, not only r4w12's at 64 heads (measured there alone against few
+# and many sequences; r2w12 at 64 sequences only)
+EDITS["mixany"] = [("  static constexpr bool RELU_MIX = R == 4 && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;\n",
+                    "  static constexpr bool RELU_MIX = !S::RELU_ALU && !WHOLE && !UNION && !CANON && !SPLIT;\n")]
 # spanmode (span4 in Prefill launches only, both forms in one kernel picked at run time) was
 # refuted in the fiftieth session (-3.6% at 16384 x 16384 where span4 is -5.5%, +2.0% at 4096 x
 # 4096): a Prefill launch now runs its own kernel where the shape has one (I8Shape::PREFILL_WHOLE).
