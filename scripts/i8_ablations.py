@@ -393,6 +393,10 @@ EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  sta
 # and many sequences; r2w12 at 64 sequences only)
 EDITS["mixany"] = [("  static constexpr bool RELU_MIX = R == 4 && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;\n",
                     "  static constexpr bool RELU_MIX = !S::RELU_ALU && !WHOLE && !UNION && !CANON && !SPLIT;\n")]
+# nomix: RELU_MIX off (r4w12's decode body at 64 heads back to the multiply for every relu): the
+# landed split's A/B, and ncu's reading of why it wins at few CTAs only
+EDITS["nomix"] = [("  static constexpr bool RELU_MIX = R == 4 && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;\n",
+                   "  static constexpr bool RELU_MIX = false;\n")]
 # spanmode (span4 in Prefill launches only, both forms in one kernel picked at run time) was
 # refuted in the fiftieth session (-3.6% at 16384 x 16384 where span4 is -5.5%, +2.0% at 4096 x
 # 4096): a Prefill launch now runs its own kernel where the shape has one (I8Shape::PREFILL_WHOLE).
