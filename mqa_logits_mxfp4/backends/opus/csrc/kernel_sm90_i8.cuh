@@ -1185,8 +1185,10 @@ struct I8Consumer {
   // weights w' * 2^-G, so both products are I * w' * 2^-(G + 22) and the store takes gscale back
   // as RELU_ALU's does: half the relus on the ALU pipe's issue slots, half on the FMA pipe's. On the
   // H100 r4w12's decode body at 64 heads 2-6% faster at 1-16 sequences, level at 64 and 256 (why
-  // only at few CTAs a card is not measured); its Prefill form 1-2% slower and r2w12 1% slower, so
-  // only there (docs/perf-notes.md, fifty-fifth and fifty-sixth sessions).
+  // only at few CTAs is not known: ncu shows the pipes' shares move, neither pipe near its peak);
+  // its Prefill form 1-2% slower, r2w12 2-3% slower at 1-64 sequences, r4w12 at 32 heads 3.5%
+  // slower at 8 and r8w12 at 32 heads level, so only there (docs/perf-notes.md, fifty-fifth to
+  // fifty-seventh sessions).
   static constexpr bool RELU_MIX = R == 4 && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;
   static constexpr bool GSCALE = S::RELU_ALU || RELU_MIX;  // the fast sums carry 2^-(G + 22)
   static OPUS_DEV float relu_cell(int32_t i, bool max_form = S::RELU_ALU) {
