@@ -21,7 +21,9 @@
 #   ablations the run.sh of each folder in ABLATIONS (scripts/i8_ablations.py --out folders, carried;
 #             their binaries are built on the CPU machine), each log to $out/<folder>.log and its
 #             table printed (i8_ablations.py --summarize); asked alone, it skips the install and
-#             the opus build (a minute of device time)
+#             the opus build (a minute of device time); NCU=1 then runs each folder's ncu.sh too (every
+#             job and variant once in Nsight Compute: $out/ncu-<folder>.txt, with NCU_SASS=1 also
+#             $out/sass-<folder>.txt)
 # The install's and the builds' logs stay in /tmp unless they fail (the device tool returns at
 # most 8 files); the opus build's ptxas lines are in /tmp/opus_build.log.
 set -uo pipefail
@@ -120,6 +122,7 @@ for what in "${steps[@]}"; do
       bash "$dir/run.sh" >"$log" 2>&1
       echo "ablations $dir: rc=$? (a timing-only variant's wrong cells give rc 3)"
       python3 scripts/i8_ablations.py --summarize "$log"
+      if [[ ${NCU:-0} == 1 ]]; then OUT="$out" bash "$dir/ncu.sh"; echo "ncu $dir: rc=$?"; fi
     done ;;
   *) echo "unknown step $what"; rc=2 ;;
   esac

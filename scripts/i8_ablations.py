@@ -28,6 +28,8 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     python3 scripts/i8_ablations.py --out .gl/abl --heads 32 --variants base,rows4 --ids 18,17  # four rows' out pointers in registers
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,pc4,onesetup,onesetuppc4 --ids 20,16,17  # a free later set-up's bound
     # then, on the GPU machine (the out folder carried): bash .gl/abl/run.sh > log
+    # (scripts/device_check.sh's ablations step does that; with NCU=1 it runs the folder's ncu.sh too:
+    # each job and variant once in Nsight Compute, NCU_SASS=1 adding the stall samples by SASS line)
     python3 scripts/i8_ablations.py --summarize log   # the medians as a markdown table, changes from base
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,empty,nomemnovote --table \\
         --jobs '16 1 64 32768;17 2 64 32768'   # Table mode, each id its own shapes: a call's two sides alone
@@ -45,6 +47,7 @@ serialized wgmma (the script prints the count) times that serialization too: rea
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import statistics
@@ -1455,30 +1458,79 @@ def summarize(log: str) -> str:
     return "\n".join(out)
 
 
+def _job_env(v: str, ratio: str | None, heads: int, prefill: bool) -> str:
+    """The harness's environment for variant v's run of a job (its stamps and dumps, the mode, the
+    keys' ratio and the heads): run.sh's and ncu.sh's lines alike."""
+    parts = set(COMBOS.get(v, [v]))
+    env = "STAMPS=1 " if {"stamps", "stamps2", "warmstamps", "qpiecestamps", "ctaends", "piecetimes", "boundary"} & parts else ""
+    env += "CTADUMP=1 " if "piecetimes" in parts else ""
+    env += "CTADUMP=raw " if "boundary" in parts else ""
+    env += "PREFILL=1 " if prefill else ""
+    env += "PERSIST=1 " if "persist" in parts else ""
+    env += f"RATIO={ratio} " if ratio else ""
+    env += f"HEADS={heads} " if heads != 64 else ""
+    return env
+
+
+def _split_job(job: str) -> tuple[str, str | None]:
+    """'ROWS SEQS KEYS' and the N of a trailing 'rN' (None without one)."""
+    shape, ratio = re.fullmatch(r"(.*?)(?:\s+r(\d+))?", job.strip()).groups()
+    return shape, ratio
+
+
+def _script_head(what: str, table: bool) -> list[str]:
+    lines = ["#!/usr/bin/env bash", f"# made by scripts/i8_ablations.py: {what}", 'cd "$(dirname "${BASH_SOURCE[0]}")"']
+    return lines + (["export TABLE=1"] if table else [])
+
+
 def run_script(variants: list[str], jobs: list[tuple[int, str]], rounds: int, heads: int = 64,
                prefill: bool = False, table: bool = False) -> list[str]:
     """run.sh's lines: each job (a registry id and 'ROWS SEQS KEYS', with 'rN' after them for the
     harness's RATIO=N: keys compressed as the model suites do) timed under every variant back to
     back, the variants' order reversed every other round, so a variant and its base meet the same
     machine state (the order of the A/Bs in docs/perf-notes.md)."""
-    lines = ["#!/usr/bin/env bash",
-             "# made by scripts/i8_ablations.py: each job under every variant in turn, the order reversed every other round",
-             'cd "$(dirname "${BASH_SOURCE[0]}")"']
-    if table:
-        lines.append("export TABLE=1")
+    lines = _script_head("each job under every variant in turn, the order reversed every other round", table)
     for r in range(rounds):
         for i, job in jobs:
-            shape, ratio = re.fullmatch(r"(.*?)(?:\s+r(\d+))?", job.strip()).groups()
+            shape, ratio = _split_job(job)
             for v in (variants if r % 2 == 0 else variants[::-1]):
-                parts = set(COMBOS.get(v, [v]))
-                env = "STAMPS=1 " if {"stamps", "stamps2", "warmstamps", "qpiecestamps", "ctaends", "piecetimes", "boundary"} & parts else ""
-                env += "CTADUMP=1 " if "piecetimes" in parts else ""
-                env += "CTADUMP=raw " if "boundary" in parts else ""
-                env += "PREFILL=1 " if prefill else ""
-                env += "PERSIST=1 " if "persist" in parts else ""
-                env += f"RATIO={ratio} " if ratio else ""
-                env += f"HEADS={heads} " if heads != 64 else ""
-                lines.append(f'echo -n "{v}: "; {env}timeout 60 ./bin/{v} {i} {shape} 20')
+                lines.append(f'echo -n "{v}: "; {_job_env(v, ratio, heads, prefill)}timeout 60 ./bin/{v} {i} {shape} 20')
+    return lines
+
+
+# What ncu.sh keeps of ncu's raw page: the duration, the pipes' shares, issue, warps and each stall
+# reason's warp-cycles an issue (the readings of docs/perf-notes.md's ncu tables)
+NCU_METRICS = ("gpu__time_duration.sum|smsp__inst_executed.sum |smsp__issue_active.avg.pct|smsp__warps_active.avg.per_cycle"
+               "|sm__inst_executed_pipe_(alu|fma|lsu|uniform)\\.avg\\.pct_of_peak_sustained_active"
+               "|sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active|dram__throughput.avg.pct"
+               "|smsp__average_warp_latency_per_inst_issued|smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active")
+
+
+def ncu_script(variants: list[str], jobs: list[tuple[int, str]], heads: int = 64, prefill: bool = False,
+               table: bool = False, root: str = "../..") -> list[str]:
+    """ncu.sh's lines: each job under every variant once in Nsight Compute (the harness's third
+    launch; --cache-control none: the harness flushes L2 itself and the code stays warm, as in its
+    timings -- with ncu's default flush a small grid's warps wait on instruction fetch instead, the
+    fifty-seventh session's reading), NCU_METRICS of the raw page into $OUT/ncu-<folder>.txt; with
+    NCU_SASS=1 also the stall samples by SASS line (scripts/ncu_sass.py --opcodes) into
+    $OUT/sass-<folder>.txt. root: the checkout's root from the out folder."""
+    lines = _script_head("each job under every variant once in ncu (scripts/device_check.sh: NCU=1)", table)
+    lines += ['out=${OUT:-/tmp}; name=$(basename "$PWD"); sass=$(cd ' + root + ' && pwd)/scripts/ncu_sass.py',
+              'ncu="ncu --cache-control none --clock-control none -k regex:mqa_logits_sm90 --launch-skip 2 --launch-count 1"',
+              f"keep='{NCU_METRICS}'"]
+    raw = ("$ncu --page raw --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis "
+           "--section InstructionStats --section MemoryWorkloadAnalysis")
+    rep = "$ncu --section SourceCounters --section WarpStateStats --import-source no -f -o /tmp/ncu-rep"
+    for i, job in jobs:
+        shape, ratio = _split_job(job)
+        for v in variants:
+            env, binary = _job_env(v, ratio, heads, prefill), f"./bin/{v} {i} {shape} 3"
+            tag = f"{v} {i} {shape}" + (f" r{ratio}" if ratio else "")
+            lines.append(f'echo "=== {tag}" >>"$out/ncu-$name.txt"; '
+                         f'env {env}{raw} {binary} 2>&1 | grep -E "$keep" >>"$out/ncu-$name.txt"')
+            lines.append(f'if [[ ${{NCU_SASS:-0}} == 1 ]]; then env {env}{rep} {binary} >/dev/null 2>&1 && '
+                         "ncu --import /tmp/ncu-rep.ncu-rep --page source --print-source sass --csv >/tmp/ncu-sass.csv && "
+                         f'{{ echo "=== {tag}"; python3 "$sass" /tmp/ncu-sass.csv --top 20 --opcodes; }} >>"$out/sass-$name.txt"; fi')
     return lines
 
 
@@ -1534,7 +1586,10 @@ def main() -> int:
     jobs = jobs or [(i, shape) for i in ids for shape in (a.shapes.split(";") if a.shapes else SHAPES.get(i, []))]
     lines = run_script(variants, jobs, a.rounds, heads=a.heads, prefill=a.prefill, table=a.table)
     (a.out / "run.sh").write_text("\n".join(lines) + "\n")
-    print(f"wrote {a.out / 'run.sh'}")
+    lines = ncu_script(variants, jobs, heads=a.heads, prefill=a.prefill, table=a.table,
+                       root=os.path.relpath(ROOT, a.out.resolve()))
+    (a.out / "ncu.sh").write_text("\n".join(lines) + "\n")
+    print(f"wrote {a.out / 'run.sh'} and {a.out / 'ncu.sh'}")
     return 0
 
 

@@ -113,6 +113,27 @@ def test_ablation_run_script_interleaves_the_variants_a_job_at_a_time():
     assert line == 'echo -n "persist: "; PREFILL=1 PERSIST=1 RATIO=4 timeout 60 ./bin/persist 18 16384 1 4096 20'
 
 
+def test_ablation_ncu_script_runs_each_job_once_under_every_variant_as_run_sh_does(tmp_path):
+    variants, jobs = ["base", "ctaends"], [(16, "1 64 32768"), (18, "16384 1 4096 r4")]
+    lines = ABL.ncu_script(variants, jobs, heads=32, table=True, root="../..")
+    script = tmp_path / "ncu.sh"
+    script.write_text("\n".join(lines) + "\n")
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    assert "export TABLE=1" in lines and "export TABLE=1" not in ABL.ncu_script(["base"], jobs[:1])
+    assert any("--cache-control none" in l and l.startswith("ncu=") for l in lines)  # the code warm, as the harness times it
+    raw = [re.match(r'echo "=== (\w+) .*?"; env (.*)\$ncu --page raw .* \./bin/(\w+) (\d+) (.+) 3 2>&1', l) for l in lines
+           if "--page raw" in l]
+    assert all(raw) and len(raw) == len(variants) * len(jobs)
+    assert [(m.group(3), int(m.group(4)), m.group(5)) for m in raw] == [
+        ("base", 16, "1 64 32768"), ("ctaends", 16, "1 64 32768"), ("base", 18, "16384 1 4096"), ("ctaends", 18, "16384 1 4096")]
+    timed = {(m.group(1), m.group(3), m.group(4)): m.group(2) for m in
+             (re.match(r'echo -n "(\w+): "; (.*)timeout 60 \./bin/\w+ (\d+) (.+) 20$', l)
+              for l in ABL.run_script(variants, jobs, 1, heads=32, table=True) if l.startswith("echo"))}
+    for m in raw:  # the same environment (stamps, ratio, heads) as the variant's timed run of the job
+        assert m.group(2) == timed[(m.group(3), m.group(4), m.group(5))]
+    assert sum("NCU_SASS" in l for l in lines) == len(raw)
+
+
 @needs_nvcc
 def test_harness_builds_over_a_trimmed_tree(tmp_path):
     (tmp_path / "bin").mkdir()
