@@ -396,6 +396,12 @@ EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  sta
 # and many sequences; r2w12 at 64 sequences only)
 EDITS["mixany"] = [("  static constexpr bool RELU_MIX = R == 4 && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;\n",
                     "  static constexpr bool RELU_MIX = !S::RELU_ALU && !WHOLE && !UNION && !CANON && !SPLIT;\n")]
+# mix1: RELU_MIX in r1w12's one-chunk body too (its relus all the max form today, RELU_ALU): half
+# of them to the FMA pipe, the conversion's ALU work beside them
+EDITS["mix1"] = [("  static constexpr bool RELU_MIX = R == 4 && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;\n",
+                  "  static constexpr bool RELU_MIX = (R == 4 || R == 1) && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;\n"),
+                 ("relu_cell(ac[4 * i + 2 * kk + e], S::RELU_ALU || (RELU_MIX && e == 0))",
+                  "relu_cell(ac[4 * i + 2 * kk + e], RELU_MIX ? e == 0 : S::RELU_ALU)")]
 # nomix: RELU_MIX off (r4w12's decode body at 64 heads back to the multiply for every relu): the
 # landed split's A/B, and ncu's reading of why it wins at few CTAs only
 EDITS["nomix"] = [("  static constexpr bool RELU_MIX = R == 4 && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;\n",
