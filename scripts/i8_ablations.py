@@ -392,8 +392,8 @@ EDITS["span2"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 
 EDITS["relusat"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = false;\n")]
 EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = true;\n")]
 # mixany: RELU_MIX (half the heads' relus the max, half the multiply) in every fused body of two
-# chunks and up at any head count, not only r4w12's at 64 heads (measured there alone against few
-# and many sequences; r2w12 at 64 sequences only)
+# chunks and up at any head count, not only r4w12's at 64 heads: refuted in the fifty-seventh
+# session (r2w12 +1.6..+2.7% at 1-64 sequences, r4w12 at 32 heads +3.5% at 8, r8w12 level)
 EDITS["mixany"] = [("  static constexpr bool RELU_MIX = R == 4 && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;\n",
                     "  static constexpr bool RELU_MIX = !S::RELU_ALU && !WHOLE && !UNION && !CANON && !SPLIT;\n")]
 # mix1: RELU_MIX in r1w12's one-chunk body too (its relus all the max form today, RELU_ALU): half
@@ -1533,8 +1533,8 @@ def ncu_script(variants: list[str], jobs: list[tuple[int, str]], heads: int = 64
             env, binary = _job_env(v, ratio, heads, prefill), f"./bin/{v} {i} {shape} 3"
             tag = f"{v} {i} {shape}" + (f" r{ratio}" if ratio else "")
             lines.append(f'echo "=== {tag}" >>"$out/ncu-$name.txt"; '
-                         f'env {env}{raw} {binary} 2>&1 | grep -E "$keep" >>"$out/ncu-$name.txt"')
-            lines.append(f'if [[ ${{NCU_SASS:-0}} == 1 ]]; then env {env}{rep} {binary} >/dev/null 2>&1 && '
+                         f'env {env}timeout 120 {raw} {binary} 2>&1 | grep -E "$keep" >>"$out/ncu-$name.txt"')
+            lines.append(f'if [[ ${{NCU_SASS:-0}} == 1 ]]; then env {env}timeout 120 {rep} {binary} >/dev/null 2>&1 && '
                          "ncu --import /tmp/ncu-rep.ncu-rep --page source --print-source sass --csv >/tmp/ncu-sass.csv && "
                          f'{{ echo "=== {tag}"; python3 "$sass" /tmp/ncu-sass.csv --top 20 --opcodes; }} >>"$out/sass-$name.txt"; fi')
     return lines

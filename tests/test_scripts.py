@@ -121,7 +121,7 @@ def test_ablation_ncu_script_runs_each_job_once_under_every_variant_as_run_sh_do
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     assert "export TABLE=1" in lines and "export TABLE=1" not in ABL.ncu_script(["base"], jobs[:1])
     assert any("--cache-control none" in l and l.startswith("ncu=") for l in lines)  # the code warm, as the harness times it
-    raw = [re.match(r'echo "=== (\w+) .*?"; env (.*)\$ncu --page raw .* \./bin/(\w+) (\d+) (.+) 3 2>&1', l) for l in lines
+    raw = [re.match(r'echo "=== (\w+) .*?"; env (.*)timeout 120 \$ncu --page raw .* \./bin/(\w+) (\d+) (.+) 3 2>&1', l) for l in lines
            if "--page raw" in l]
     assert all(raw) and len(raw) == len(variants) * len(jobs)
     assert [(m.group(3), int(m.group(4)), m.group(5)) for m in raw] == [
