@@ -391,21 +391,20 @@ EDITS["nowhole"] = [("  static constexpr bool PREFILL_WHOLE = !SPLIT && FAST_SPA
 EDITS["span2"] = [("  static constexpr int FAST_SPAN = CHUNKS >= 4 && H <= NC ? 2 : MB;\n", "  static constexpr int FAST_SPAN = 2;\n")]
 EDITS["relusat"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = false;\n")]
 EDITS["relualu"] = [("  static constexpr bool RELU_ALU = CHUNKS == 1;\n", "  static constexpr bool RELU_ALU = true;\n")]
+# The landed relu split's line (I8Consumer::RELU_MIX), which mixany, mix1 and nomix edit.
+_RELU_MIX = "  static constexpr bool RELU_MIX = R == 4 && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;\n"
 # mixany: RELU_MIX (half the heads' relus the max, half the multiply) in every fused body of two
 # chunks and up at any head count, not only r4w12's at 64 heads: refuted in the fifty-seventh
 # session (r2w12 +1.6..+2.7% at 1-64 sequences, r4w12 at 32 heads +3.5% at 8, r8w12 level)
-EDITS["mixany"] = [("  static constexpr bool RELU_MIX = R == 4 && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;\n",
-                    "  static constexpr bool RELU_MIX = !S::RELU_ALU && !WHOLE && !UNION && !CANON && !SPLIT;\n")]
+EDITS["mixany"] = [(_RELU_MIX, _RELU_MIX.replace("R == 4 && H == 64", "!S::RELU_ALU"))]
 # mix1: RELU_MIX in r1w12's one-chunk body too (its relus all the max form today, RELU_ALU): half
 # of them to the FMA pipe, the conversion's ALU work beside them
-EDITS["mix1"] = [("  static constexpr bool RELU_MIX = R == 4 && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;\n",
-                  "  static constexpr bool RELU_MIX = (R == 4 || R == 1) && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;\n"),
+EDITS["mix1"] = [(_RELU_MIX, _RELU_MIX.replace("R == 4 && H == 64", "(R == 4 || R == 1) && H == 64")),
                  ("relu_cell(ac[4 * i + 2 * kk + e], S::RELU_ALU || (RELU_MIX && e == 0))",
                   "relu_cell(ac[4 * i + 2 * kk + e], RELU_MIX ? e == 0 : S::RELU_ALU)")]
 # nomix: RELU_MIX off (r4w12's decode body at 64 heads back to the multiply for every relu): the
 # landed split's A/B, and ncu's reading of why it wins at few CTAs only
-EDITS["nomix"] = [("  static constexpr bool RELU_MIX = R == 4 && H == 64 && !WHOLE && !UNION && !CANON && !SPLIT;\n",
-                   "  static constexpr bool RELU_MIX = false;\n")]
+EDITS["nomix"] = [(_RELU_MIX, "  static constexpr bool RELU_MIX = false;\n")]
 # spanmode (span4 in Prefill launches only, both forms in one kernel picked at run time) was
 # refuted in the fiftieth session (-3.6% at 16384 x 16384 where span4 is -5.5%, +2.0% at 4096 x
 # 4096): a Prefill launch now runs its own kernel where the shape has one (I8Shape::PREFILL_WHOLE).
@@ -1531,7 +1530,7 @@ def ncu_script(variants: list[str], jobs: list[tuple[int, str]], heads: int = 64
         shape, ratio = _split_job(job)
         for v in variants:
             env, binary = _job_env(v, ratio, heads, prefill), f"./bin/{v} {i} {shape} 3"
-            tag = f"{v} {i} {shape}" + (f" r{ratio}" if ratio else "")
+            tag = f"{v} {i} {job.strip()}"
             lines.append(f'echo "=== {tag}" >>"$out/ncu-$name.txt"; '
                          f'env {env}timeout 120 {raw} {binary} 2>&1 | grep -E "$keep" >>"$out/ncu-$name.txt"')
             lines.append(f'if [[ ${{NCU_SASS:-0}} == 1 ]]; then env {env}timeout 120 {rep} {binary} >/dev/null 2>&1 && '
