@@ -31,6 +31,9 @@ conversion or the epilogue computes wrong logits (the harness says so), one with
     # (scripts/device_check.sh's ablations step does that; with NCU=1 it runs the folder's ncu.sh too:
     # each job and variant once in Nsight Compute, NCU_SASS=1 adding the stall samples by SASS line)
     python3 scripts/i8_ablations.py --summarize log   # the medians as a markdown table, changes from base
+    python3 scripts/i8_ablations.py --out .gl/abl --variants base,phase,stagger1850,phasestagger1850 --table \\
+        --jobs '16 1 64 32768;18 4 64 32768'   # the two consumers' relative phase, and consumer 1 half a stage behind
+                                               # (--summarize adds the phase buckets under the table)
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,empty,nomemnovote --table \\
         --jobs '16 1 64 32768;17 2 64 32768'   # Table mode, each id its own shapes: a call's two sides alone
     python3 scripts/i8_ablations.py --out .gl/abl --variants base,btentry,empty,emptybtbatch --table \\
@@ -405,6 +408,69 @@ EDITS["mix1"] = [(_RELU_MIX, _RELU_MIX.replace("R == 4 && H == 64", "(R == 4 || 
 # nomix: RELU_MIX off (r4w12's decode body at 64 heads back to the multiply for every relu): the
 # landed split's A/B, and ncu's reading of why it wins at few CTAs only
 EDITS["nomix"] = [(_RELU_MIX, "  static constexpr bool RELU_MIX = false;\n")]
+
+# The two consumer warpgroups' relative phase (fifty-eighth session). setup_group's barrier
+# starts both at a piece's first stage together, and their producers fill both rings at once, so
+# they may run their stages in step: both in their units (contending for each scheduler's issue
+# slots) at the same time, both in their stage heads (the vote and the first conversion, ~4.5
+# cycles an instruction) at the same time. `phase` (ctaends plus, for each consumer's thread 0,
+# at every stage start): the other consumer's last stage start as a fraction of this consumer's
+# own last stage period, folded to [0, 0.5] (0: in step, 0.5: half a stage apart), counted in
+# four buckets -- the harness's consumer words 0, 2, 3, 4 (word 1: the stages measured; word 5:
+# the end), printed by CTADUMP=raw. Timing only in thread 0's few instructions a stage.
+_PIECE_LOOP = ("    setup_group(p, gbeg, gend, kbeg);\n#pragma unroll 1\n"
+               "    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c; n0 < kend;"
+               " n0 += S::KEYS * CONS, ring.advance()) {\n      if constexpr (SPLIT)\n")
+_CTAENDS_TAIL = "    if (ct == 0) " + _CTA_REC + "3] = (unsigned long long)npieces << 32 | unsigned(ntiles);\n  }\n}\n"
+EDITS["phase"] = EDITS["ctaends"] + [
+    ("  int range[4];\n", "  int range[4];\n  unsigned long long phase_last[CONS];  // phase: each consumer's last stage start\n"),
+    (_STAGE_TOP,
+     "  long long ph_prev = 0;\n"
+     "  unsigned long long ph_hist[5] = {0, 0, 0, 0, 0};  // folded phase buckets 0..3, stages measured\n"
+     "  // every thread of the warpgroup alike, with no branch and no division routine (a divergent\n"
+     "  // path in the stage loop makes ptxas serialize its wgmma: C7518); thread 0's counts are kept\n"
+     "  OPUS_DEV void phase_mark() {\n"
+     "    volatile unsigned long long* pl = sm.phase_last;\n"
+     "    const long long t = clock64(), other = (long long)pl[(c + 1) % CONS];\n"
+     "    const bool ok = ph_prev != 0 && other != 0 && t > ph_prev;\n"
+     "    float x = ok ? __fdividef(float(t - other), float(t - ph_prev)) : 0.f;\n"
+     "    x -= floorf(x);\n"
+     "    const int f = imin(int(x * 8.f), 7), b = f < 4 ? f : 7 - f;\n"
+     "    ph_hist[0] += ok && b == 0;\n    ph_hist[1] += ok && b == 1;\n    ph_hist[2] += ok && b == 2;\n"
+     "    ph_hist[3] += ok && b == 3;\n    ph_hist[4] += ok;\n"
+     "    ph_prev = t;\n"
+     "    pl[c] = (unsigned long long)t;\n"
+     "  }\n"
+     + _STAGE_TOP + "    phase_mark();\n"),
+    (_PIECE_LOOP,
+     "    reinterpret_cast<volatile unsigned long long*>(sm.phase_last)[c] = 0;  // before setup_group's first barrier\n"
+     "    ph_prev = 0;\n"
+     + _PIECE_LOOP),
+    (_CTAENDS_TAIL,
+     "    if (ct == 0) " + _CTA_REC + "3] = (unsigned long long)npieces << 32 | unsigned(ntiles);\n"
+     "    const int cc = cons.c;\n"
+     "    " + _cons_rec("cc") + "0] = cons.ph_hist[0];\n    " + _cons_rec("cc") + "1] = cons.ph_hist[4];\n"
+     "    " + _cons_rec("cc") + "2] = cons.ph_hist[1];\n    " + _cons_rec("cc") + "3] = cons.ph_hist[2];\n"
+     "    " + _cons_rec("cc") + "4] = cons.ph_hist[3];\n    " + _cons_rec("cc") + "5] = stamp_now();\n"
+     "  }\n}\n"),
+]
+
+
+def _stagger(cycles: int) -> list[tuple[str, str]]:
+    """Consumer 1 of a two-consumer body starts each piece's stages `cycles` SM clocks after its
+    set-up (a sleep; its ring fills meanwhile), so the two run out of step from the first stage
+    on (timing only: the logits are exact). ~1,850 cycles is half a stage of r1w12 at 64 x 32768
+    on the H100 (~3,700 cycles a stage), 3,700 a whole one (back in step: the control)."""
+    return [(_PIECE_LOOP,
+             "    setup_group(p, gbeg, gend, kbeg);\n"
+             f"    if (CONS == 2 && c == 1) {{  // stagger{cycles}\n"
+             "      const long long t0 = clock64();\n"
+             f"      while (clock64() - t0 < {cycles}) __nanosleep(64);\n    }}\n"
+             + _PIECE_LOOP.removeprefix("    setup_group(p, gbeg, gend, kbeg);\n"))]
+
+
+for _cyc in (900, 1850, 3700):
+    EDITS[f"stagger{_cyc}"] = _stagger(_cyc)
 # spanmode (span4 in Prefill launches only, both forms in one kernel picked at run time) was
 # refuted in the fiftieth session (-3.6% at 16384 x 16384 where span4 is -5.5%, +2.0% at 4096 x
 # 4096): a Prefill launch now runs its own kernel where the shape has one (I8Shape::PREFILL_WHOLE).
@@ -1346,7 +1412,9 @@ COMBOS = {"onesetuppc4": ["onesetup", "pc4"], "descstore": ["descsalt", "storeaf
           "persiststamps2": ["persist", "stamps2"],
           # the staged inputs inside the carve-out step (a ring of three), alone and persistent
           "qstage4ring3": ["qstage4", "ring3"],
-          "persistqstage4ring3": ["persist", "qstage4", "ring3"]}
+          "persistqstage4ring3": ["persist", "qstage4", "ring3"],
+          # the phase reading with consumer 1 half a stage behind: whether the offset lasts
+          "phasestagger1850": ["phase", "stagger1850"]}
 VARIANTS = ["base", *EDITS, *COMBOS]
 SHAPES = {20: ["1 64 65536", "1 64 32768", "1 16 32768", "1 1 65536"], 31: ["2 64 32768", "2 16 32768"],
           17: ["2 64 32768", "2 16 32768"], 33: ["2 64 32768", "2 16 32768"],
@@ -1460,16 +1528,47 @@ def summarize(log: str) -> str:
             else:
                 cells.append(f"{med[v]:.1f} ({100 * (med[v] / med['base'] - 1):+.1f}%)")
         out.append(f"| {inst.removeprefix('sm90_i8_')} {rows} x {seqs} x {keys} | " + " | ".join(cells) + " |")
-    return "\n".join(out)
+    return "\n".join(out + phase_table(log))
+
+
+_PHASE_WORDS = re.compile(r" c(\d) (\d+) (\d+) (\d+) (\d+) (\d+) end")
+
+
+def phase_table(log: str) -> list[str]:
+    """The `phase` variants' CTA dumps (CTADUMP=raw lines after each timed line) summed over every
+    CTA, consumer and launch of a (variant, kernel, shape): the stages measured and the share of
+    them in each folded-phase bucket (0-1/8 of a stage from the other consumer's last start, i.e.
+    in step, ... 3/8-1/2: half a stage apart). Nothing for a log without them."""
+    sums: dict[tuple, list[int]] = {}
+    key = None
+    for line in log.splitlines():
+        if m := _TIMED.match(line):
+            v, inst, rows, seqs, keys = m.groups()[:5]
+            key = (v, inst, rows, seqs, keys) if "phase" in COMBOS.get(v, [v]) else None
+        elif key and line.startswith("  cta "):
+            for w in _PHASE_WORDS.findall(line):
+                b0, n, b1, b2, b3 = (int(x) for x in w[1:])
+                acc = sums.setdefault(key, [0] * 5)
+                for i, x in enumerate((n, b0, b1, b2, b3)):
+                    acc[i] += x
+    if not sums:
+        return []
+    out = ["", "| phase: variant, kernel, rows x seqs x keys | stages | 0-1/8 (in step) | 1/8-1/4 | 1/4-3/8 | 3/8-1/2 (half a stage apart) |",
+           "|---|---|---|---|---|---|"]
+    for (v, inst, rows, seqs, keys), (n, *b) in sums.items():
+        out.append(f"| {v}, {inst.removeprefix('sm90_i8_')} {rows} x {seqs} x {keys} | {n} | "
+                   + " | ".join(f"{x / n:.0%}" if n else "-" for x in b) + " |")
+    return out
 
 
 def _job_env(v: str, ratio: str | None, heads: int, prefill: bool) -> str:
     """The harness's environment for variant v's run of a job (its stamps and dumps, the mode, the
     keys' ratio and the heads): run.sh's and ncu.sh's lines alike."""
     parts = set(COMBOS.get(v, [v]))
-    env = "STAMPS=1 " if {"stamps", "stamps2", "warmstamps", "qpiecestamps", "ctaends", "piecetimes", "boundary"} & parts else ""
+    env = "STAMPS=1 " if {"stamps", "stamps2", "warmstamps", "qpiecestamps", "ctaends", "piecetimes", "boundary",
+                           "phase"} & parts else ""
     env += "CTADUMP=1 " if "piecetimes" in parts else ""
-    env += "CTADUMP=raw " if "boundary" in parts else ""
+    env += "CTADUMP=raw " if {"boundary", "phase"} & parts else ""
     env += "PREFILL=1 " if prefill else ""
     env += "PERSIST=1 " if "persist" in parts else ""
     env += f"RATIO={ratio} " if ratio else ""

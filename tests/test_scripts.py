@@ -199,6 +199,22 @@ def test_summarize_tables_medians_and_changes():
     assert len(table) == 3
 
 
+def test_summarize_adds_the_phase_variants_buckets():
+    line = ("{v}: sm90_i8_r1w12 M=1 B=64 keys=32768: median 77.0 us (best 1.0), 1 GB/s of keys; fast/canonical "
+            "stages 8192/0; 4000 cells checked, worst 1.0e-08 A, 0 past 1e-5 A; 8 repeats, 0 cells not bitwise")
+    # CTADUMP=raw: a consumer's words b0 n b1 b2 b3 (phase) -- or boundary's five counts, not buckets
+    cta = "  cta {b} sm {b} end 70.00 pieces 1 tiles 64 | c0 {w} end 70.00 | c1 {w} end 70.00 |"
+    log = "\n".join([line.format(v="phase"), cta.format(b=0, w="6 10 2 1 1"), cta.format(b=1, w="0 10 0 0 10"),
+                     line.format(v="boundary"), cta.format(b=0, w="30 5000 300 800 300"),
+                     line.format(v="phasestagger1850"), cta.format(b=0, w="1 4 0 1 2")])
+    table = ABL.summarize(log).splitlines()
+    assert table[-4].startswith("| phase: variant, kernel") and table[-5] == ""
+    # two CTAs x two consumers: 40 stages, 12 of them in step (6 + 6), 22 half a stage apart (1 + 1 + 10 + 10)
+    assert table[-2] == "| phase, r1w12 1 x 64 x 32768 | 40 | 30% | 10% | 5% | 55% |"
+    assert table[-1] == "| phasestagger1850, r1w12 1 x 64 x 32768 | 8 | 25% | 0% | 25% | 50% |"
+    assert ABL.phase_table("\n".join([line.format(v="boundary"), cta.format(b=0, w="1 2 3 4 5")])) == []
+
+
 def test_ncu_sass_sums_segments_loops_and_lines(tmp_path):
     # a source page as ncu exports it: a title row, the header, absolute addresses, branch targets
     # as addresses; a loop of three lines at 0x10-0x30 and a barrier at 0x40
@@ -238,3 +254,42 @@ def test_ncu_sass_sums_segments_loops_and_lines(tmp_path):
     table = mod.summarize(path, top=1, reason="short_sb").splitlines()
     assert table[-3].startswith("short_sb by opcode, 0x00010-0x00030: 82.1% of the samples")
     assert table[-2].split() == ["ISETP", "85.9%", "33.3%", "2.58"] and table[-1].split() == ["LDS", "14.1%", "33.3%", "0.42"]
+
+
+def _ctrl_word(stall: int, wait: int = 0, write_sb: int = 7, read_sb: int = 7) -> int:
+    """An instruction's second 64-bit word holding these control fields (yield bit set: no yield)."""
+    return (stall | 1 << 4 | write_sb << 5 | read_sb << 8 | wait << 11) << 41
+
+
+def test_sass_ctrl_decodes_control_bits_and_sums_a_loop():
+    # a function as cuobjdump prints it: each instruction's text and first word, then its second
+    # word on a line of its own; a loop 0x10-0x40 whose IGMMA waits on the LDS's scoreboard 2
+    body = [(0x00, "S2R R0, SR_TID.X", _ctrl_word(1, write_sb=0)),
+            (0x10, "LDS R2, [R0]", _ctrl_word(1, wait=0b1, write_sb=2)),
+            (0x20, "IMAD R3, R2, R2, RZ", _ctrl_word(5, wait=0b100)),
+            (0x30, "IGMMA.64x64x32.U8.S8 R24, R56, gdesc[UR8], RZ, !UPT", _ctrl_word(2)),
+            (0x40, "@P0 BRA 0x10", _ctrl_word(0)),
+            (0x50, "EXIT", _ctrl_word(5))]
+    text = ["\t\tFunction : _Z6kernelv", "\t.headerflags\t@\"EF_CUDA_SM90\""]
+    for off, ins, hi in body:
+        text.append(f"        /*{off:04x}*/                   {ins} ;   /* 0x000000000000a{off:03x} */")
+        text.append(f"                                                      /* {hi:#018x} */")
+    mod = _script("sass_ctrl")
+    funcs = mod.read("\n".join(text))
+    assert list(funcs) == ["_Z6kernelv"]
+    ins = funcs["_Z6kernelv"]
+    assert [x.offset for x in ins] == [0, 0x10, 0x20, 0x30, 0x40, 0x50]
+    assert (ins[2].stall, ins[2].wait, ins[1].write_sb, ins[1].read_sb, ins[1].yield_) == (5, 0b100, 2, 7, False)
+    assert mod.control(_ctrl_word(15, wait=63, write_sb=3, read_sb=4)) == (15, False, 3, 4, 63, 0)
+    assert mod.wgmma_loop(ins) == (0x10, 0x40)
+    total, ops = mod.summarize_span(ins, 0x10, 0x40)
+    # stalls 1 + 5 + 2 + 0 (a zero counts as one issue cycle): 9 planned cycles for 4 instructions
+    assert (total.instructions, total.cycles, total.waits) == (4, 9, 2)
+    assert (ops["IMAD"].cycles, ops["LDS"].waits, ops["BRA"].cycles) == (5, 1, 1)
+    # the IMAD waits on scoreboard 2, set by the LDS one instruction before; the LDS's wait on
+    # scoreboard 0 (the S2R before the span) names no setter
+    waits = mod.wait_sources(ins, 0x10, 0x40)
+    assert [(x.offset, [(y.offset, d) for y, d in found]) for x, found in waits] == [(0x10, []), (0x20, [(0x10, 1)])]
+    report = mod.report(ins, 0x10, 0x40, top=1, waits=True)
+    assert report[0] == "  0x00010-0x00040: 4 instructions, 9 planned cycles (5 bubbles, 56%), 2 scoreboard waits"
+    assert report[-1].split() == ["0x00020", "IMAD", "<-", "LDS@0x10", "+1"]
