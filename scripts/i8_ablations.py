@@ -413,11 +413,12 @@ EDITS["nomix"] = [(_RELU_MIX, "  static constexpr bool RELU_MIX = false;\n")]
 # starts both at a piece's first stage together, and their producers fill both rings at once, so
 # they may run their stages in step: both in their units (contending for each scheduler's issue
 # slots) at the same time, both in their stage heads (the vote and the first conversion, ~4.5
-# cycles an instruction) at the same time. `phase` (ctaends plus, for each consumer's thread 0,
-# at every stage start): the other consumer's last stage start as a fraction of this consumer's
-# own last stage period, folded to [0, 0.5] (0: in step, 0.5: half a stage apart), counted in
-# four buckets -- the harness's consumer words 0, 2, 3, 4 (word 1: the stages measured; word 5:
-# the end), printed by CTADUMP=raw. Timing only in thread 0's few instructions a stage.
+# cycles an instruction) at the same time. `phase` (ctaends plus, at every stage start): the
+# other consumer's last stage start as a fraction of this consumer's own last stage period,
+# folded to [0, 0.5] (0: in step, 0.5: half a stage apart), counted in four buckets, thread 0's
+# counts kept in the harness's consumer words 0, 2, 3, 4 (word 1: the stages measured; word 5:
+# the end), printed by CTADUMP=raw. A reading, not a timing: every consumer thread runs its few
+# instructions a stage.
 _PIECE_LOOP = ("    setup_group(p, gbeg, gend, kbeg);\n#pragma unroll 1\n"
                "    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c; n0 < kend;"
                " n0 += S::KEYS * CONS, ring.advance()) {\n      if constexpr (SPLIT)\n")
@@ -471,6 +472,7 @@ def _stagger(cycles: int) -> list[tuple[str, str]]:
 
 for _cyc in (900, 1850, 3700):
     EDITS[f"stagger{_cyc}"] = _stagger(_cyc)
+
 # spanmode (span4 in Prefill launches only, both forms in one kernel picked at run time) was
 # refuted in the fiftieth session (-3.6% at 16384 x 16384 where span4 is -5.5%, +2.0% at 4096 x
 # 4096): a Prefill launch now runs its own kernel where the shape has one (I8Shape::PREFILL_WHOLE).
