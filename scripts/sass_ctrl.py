@@ -13,7 +13,7 @@ time far above them is waiting on the variable-latency side.
 
     CUOBJDUMP=$(python3 -c 'import triton, pathlib; print(pathlib.Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump")')
     $CUOBJDUMP -sass .gl/abl/bin/base > k.sass
-    python3 scripts/sass_ctrl.py k.sass                       # every function's largest wgmma loop
+    python3 scripts/sass_ctrl.py k.sass                       # each function's wgmma loop (the densest: its stage loop)
     python3 scripts/sass_ctrl.py k.sass --function i8ILi1ELi64 --range 0x6be0-0xa340 --top 10
 """
 
