@@ -341,7 +341,9 @@ EDITS["stamps"] = [
 # Every CTA's record from path_stats word 32 on (the harness prints them with STAMPS=1): its SM and
 # start (thread 0, at entry), its end (the last consumer warpgroup to finish its pieces: a maximum),
 # and its share (consumer 0's pieces and tiles). Not an ablation: a few stores a CTA. Not
-# combinable with "stamps" (both edit the consumers' loop).
+# combinable with "stamps" (both edit the consumers' loop). _CTAENDS_TAIL: its record's last
+# stores, which `phase` extends.
+_CTAENDS_TAIL = "    if (ct == 0) " + _CTA_REC + "3] = (unsigned long long)npieces << 32 | unsigned(ntiles);\n  }\n}\n"
 EDITS["ctaends"] = [
     ("// ------------------------------------------------------------------------------------ producer\n",
      _STAMP_NOW + "// ------------------------------------------------------------------------------------ producer\n"),
@@ -353,7 +355,7 @@ EDITS["ctaends"] = [
      "  int npieces = 0, ntiles = 0;\n  while (walk.next(args, R, p))\n    if (p.r1 > p.r0 && p.t1 > p.t0) {\n"
      "      cons.piece(p);\n      ++npieces;\n      ntiles += p.t1 - p.t0;\n    }\n"
      "  if (ct % 128 == 0 && args.path_stats) {\n    atomicMax(&" + _CTA_REC + "0], stamp_now());\n"
-     "    if (ct == 0) " + _CTA_REC + "3] = (unsigned long long)npieces << 32 | unsigned(ntiles);\n  }\n}\n"),
+     + _CTAENDS_TAIL),
 ]
 # the start-up's floor: the kernel returns before any work (the launch of this grid, block and
 # shared memory alone), or right after the Free-mode scan and the CTA barrier (wrong logits)
@@ -419,10 +421,10 @@ EDITS["nomix"] = [(_RELU_MIX, "  static constexpr bool RELU_MIX = false;\n")]
 # counts kept in the harness's consumer words 0, 2, 3, 4 (word 1: the stages measured; word 5:
 # the end), printed by CTADUMP=raw. A reading, not a timing: every consumer thread runs its few
 # instructions a stage.
-_PIECE_LOOP = ("    setup_group(p, gbeg, gend, kbeg);\n#pragma unroll 1\n"
+_SETUP_CALL = "    setup_group(p, gbeg, gend, kbeg);\n"
+_PIECE_LOOP = (_SETUP_CALL + "#pragma unroll 1\n"
                "    for (int n0 = stage_start<S::MB>(kbeg / kBlockN) + S::KEYS * c; n0 < kend;"
                " n0 += S::KEYS * CONS, ring.advance()) {\n      if constexpr (SPLIT)\n")
-_CTAENDS_TAIL = "    if (ct == 0) " + _CTA_REC + "3] = (unsigned long long)npieces << 32 | unsigned(ntiles);\n  }\n}\n"
 EDITS["phase"] = EDITS["ctaends"] + [
     ("  int range[4];\n", "  int range[4];\n  unsigned long long phase_last[CONS];  // phase: each consumer's last stage start\n"),
     (_STAGE_TOP,
@@ -448,8 +450,7 @@ EDITS["phase"] = EDITS["ctaends"] + [
      "    ph_prev = 0;\n"
      + _PIECE_LOOP),
     (_CTAENDS_TAIL,
-     "    if (ct == 0) " + _CTA_REC + "3] = (unsigned long long)npieces << 32 | unsigned(ntiles);\n"
-     "    const int cc = cons.c;\n"
+     _CTAENDS_TAIL.removesuffix("  }\n}\n") + "    const int cc = cons.c;\n"
      "    " + _cons_rec("cc") + "0] = cons.ph_hist[0];\n    " + _cons_rec("cc") + "1] = cons.ph_hist[4];\n"
      "    " + _cons_rec("cc") + "2] = cons.ph_hist[1];\n    " + _cons_rec("cc") + "3] = cons.ph_hist[2];\n"
      "    " + _cons_rec("cc") + "4] = cons.ph_hist[3];\n    " + _cons_rec("cc") + "5] = stamp_now();\n"
@@ -462,12 +463,9 @@ def _stagger(cycles: int) -> list[tuple[str, str]]:
     set-up (a sleep; its ring fills meanwhile), so the two run out of step from the first stage
     on (timing only: the logits are exact). ~1,850 cycles is half a stage of r1w12 at 64 x 32768
     on the H100 (~3,700 cycles a stage), 3,700 a whole one (back in step: the control)."""
-    return [(_PIECE_LOOP,
-             "    setup_group(p, gbeg, gend, kbeg);\n"
-             f"    if (CONS == 2 && c == 1) {{  // stagger{cycles}\n"
-             "      const long long t0 = clock64();\n"
-             f"      while (clock64() - t0 < {cycles}) __nanosleep(64);\n    }}\n"
-             + _PIECE_LOOP.removeprefix("    setup_group(p, gbeg, gend, kbeg);\n"))]
+    sleep = (f"    if (CONS == 2 && c == 1) {{  // stagger{cycles}\n      const long long t0 = clock64();\n"
+             f"      while (clock64() - t0 < {cycles}) __nanosleep(64);\n    }}\n")
+    return [(_PIECE_LOOP, _PIECE_LOOP.replace(_SETUP_CALL, _SETUP_CALL + sleep, 1))]
 
 
 for _cyc in (900, 1850, 3700):
